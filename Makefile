@@ -1,0 +1,33 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Both create or reuse .venv.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow reliability lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# The CPU build of torch first, so nothing pulls a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/grokray train sweeps/quickstart.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+reliability: $(STAMP)
+	$(BIN)/python -m pytest -q -m reliability; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+
+clean:
+	rm -rf $(VENV) mlruns mlflow.db grokray-results

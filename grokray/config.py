@@ -1,0 +1,214 @@
+"""Typed config objects built from plain dicts, with errors a researcher can act on.
+
+Every dataclass here (and every task/model config) is parsed by `parse_dataclass`, which rejects unknown
+keys with the closest valid name, coerces YAML's loose numbers ("1e-3" is a string to PyYAML) and checks the
+bounds declared in field metadata. Nothing here knows about sweeps; `spec.py` builds on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import SpecError
+
+
+def bounded(default, *, ge=None, gt=None, le=None, lt=None, doc: str = ""):
+    """A dataclass field whose numeric bounds are checked at parse time."""
+    meta = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt, doc=doc).items() if v is not None}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def unknown_key_error(path: str, key, allowed) -> SpecError:
+    allowed = sorted(allowed)
+    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    where = f"{path}.{key}" if path else str(key)
+    return SpecError(where, f"unknown key; {hint}allowed: {', '.join(allowed)}")
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _number(value, path: str, tp):
+    if isinstance(value, bool):
+        raise SpecError(path, f"expected {tp.__name__}, got boolean {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise SpecError(path, f"expected {tp.__name__}, got string {value!r}") from None
+    if not isinstance(value, int | float):
+        raise SpecError(path, f"expected {tp.__name__}, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise SpecError(path, f"expected a finite {tp.__name__}, got {value!r}")
+    if tp is int:
+        if float(value) != int(value):
+            raise SpecError(path, f"expected an integer, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def coerce(tp, value, path: str, meta: dict | None = None):
+    """Convert a YAML value to annotation `tp`, or raise a SpecError naming `path`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        real = [o for o in options if o is not type(None)]
+        if len(real) == 1:  # Optional[X]: X's own message (bounds, type) is the useful one
+            return coerce(real[0], value, path, meta)
+        for option in real:
+            try:
+                return coerce(option, value, path, meta)
+            except SpecError:
+                pass
+        raise SpecError(path, f"expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise SpecError(path, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
+        return value
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise SpecError(path, f"expected {_type_name(tp)}, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [coerce(item, v, f"{path}[{i}]", meta) for i, v in enumerate(value)]
+    if origin is tuple:
+        items = typing.get_args(tp)
+        if not isinstance(value, list | tuple) or len(value) != len(items):
+            raise SpecError(path, f"expected a list of {len(items)} numbers, got {value!r}")
+        return tuple(coerce(t, v, f"{path}[{i}]", meta) for i, (t, v) in enumerate(zip(items, value, strict=True)))
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise SpecError(path, f"expected a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        return parse_dataclass(tp, value, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise SpecError(path, f"expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise SpecError(path, f"expected a string, got {value!r}")
+        return value
+    if tp in (int, float):
+        number = _number(value, path, tp)
+        _check_bounds(number, path, meta or {})
+        return number
+    if tp is Any:
+        return value
+    raise TypeError(f"unsupported annotation {tp!r} at {path}")
+
+
+def _check_bounds(x, path: str, meta: dict):
+    tests = {
+        "ge": (lambda b: x >= b, ">="),
+        "gt": (lambda b: x > b, ">"),
+        "le": (lambda b: x <= b, "<="),
+        "lt": (lambda b: x < b, "<"),
+    }
+    for key, (ok, sym) in tests.items():
+        if key in meta and not ok(meta[key]):
+            rule = " and ".join(f"{tests[k][1]} {meta[k]}" for k in tests if k in meta)
+            raise SpecError(path, f"got {x!r}; must be {rule}")
+
+
+def parse_dataclass(cls, data, path: str = ""):
+    """Build `cls` from a dict: unknown keys, types and bounds are checked; `validate(path)` runs last."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(path or "spec", f"expected a mapping with keys {', '.join(fields)}, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise unknown_key_error(path, key, fields)
+        sub = f"{path}.{key}" if path else str(key)
+        kwargs[key] = coerce(hints[key], value, sub, dict(fields[key].metadata))
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if validate:
+        validate(path)
+    return obj
+
+
+def to_dict(obj) -> dict:
+    """Plain-dict form of a parsed config (tuples become lists so it round-trips through YAML/JSON)."""
+    if dataclasses.is_dataclass(obj):
+        out = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        name = getattr(type(obj), "registry_name", None)
+        return {"name": name, **out} if name else out
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+@dataclass
+class OptimConfig:
+    """One parameter group's optimizer. Liu and Omnigrok tune embedding and decoder separately."""
+
+    name: Literal["adamw", "adam", "sgd", "normalized_gd", "langevin"] = "adamw"
+    lr: float = bounded(1e-3, ge=0.0)
+    weight_decay: float = bounded(0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = bounded(1e-8, gt=0.0)
+    momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+    warmup_steps: int = bounded(0, ge=0)
+    temperature: float = bounded(0.0, ge=0.0, doc="Langevin noise temperature T")
+    init_scale: float = bounded(1.0, gt=0.0, doc="multiplies this group's initial weights")
+
+    def validate(self, path):
+        for i, b in enumerate(self.betas):
+            if not 0.0 <= b < 1.0:
+                raise SpecError(f"{path}.betas[{i}]", f"got {b!r}; must be >= 0 and < 1")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = bounded(100_000, ge=1, doc="optimizer steps (iterations for rfm)")
+    batch_size: int | Literal["full"] = "full"
+    eval_every: int | Literal["auto"] = "auto"
+    curve_points_per_decade: int = bounded(20, ge=1)
+    dtype: Literal["float32", "float64"] = "float32"
+
+    def validate(self, path):
+        if isinstance(self.batch_size, int) and self.batch_size < 1:
+            raise SpecError(f"{path}.batch_size", f"got {self.batch_size}; must be >= 1 or 'full'")
+        if isinstance(self.eval_every, int) and self.eval_every < 1:
+            raise SpecError(f"{path}.eval_every", f"got {self.eval_every}; must be >= 1 or 'auto'")
+
+
+@dataclass
+class PhaseConfig:
+    """Liu et al. appendix A: thresholds of the phase table."""
+
+    threshold: float = bounded(0.9, gt=0.0, le=1.0)
+    budget: int = bounded(100_000, ge=1)
+    gap: int = bounded(1000, ge=1)
+    stop_when_classified: bool = True

@@ -1,0 +1,324 @@
+"""Train K configurations of one architecture at once; K = 1 is a single trial.
+
+Each member has its own seed, split, learning rates, weight decays, init scales, widths (padded and masked)
+and its own stopping point. Crossings and divergence are tracked on the device, so the host only looks every
+`check_every` steps. Members never influence each other: every parameter slice, optimizer moment and random
+stream is per member, and the loss is a sum of per-member losses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..config import to_dict
+from ..errors import SpecError
+from ..models import MODELS
+from ..optim import GroupOptimizer, MemberRandom
+from ..phases import classify, is_decided
+from ..phases import gap as phase_gap
+from .schedule import auto_eval_every, record_steps
+
+METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
+SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")
+EVAL_CHUNK = 16384  # samples per member per no-grad eval forward
+
+
+@dataclass
+class MemberResult:
+    phase: str
+    step_train: int | None
+    step_val: int | None
+    gap: int | None
+    steps_run: int
+    final: dict[str, float]
+    curve: dict[str, list] = field(default_factory=dict)  # "step" plus one list per metric
+
+    def summary(self) -> dict[str, float]:
+        out = {f"final/{k}": v for k, v in self.final.items()}
+        for key, value in (("step_train_acc", self.step_train), ("step_val_acc", self.step_val)):
+            if value is not None:
+                out[key] = value
+        if self.gap is not None:
+            out["grokking_gap"] = self.gap
+        out["steps_run"] = self.steps_run
+        return out
+
+
+def pack_signature(cfg) -> str:
+    """Configs with equal signatures can share a pack: everything but the per-member fields must agree."""
+    d = cfg.to_dict()
+    family = MODELS.get(cfg.model.registry_name).build
+    d.pop("seed")
+    d.pop("phases")
+    for f in SPLIT_FIELDS:
+        d["task"].pop(f, None)
+    for f in family.per_member_fields:
+        d["model"].pop(f, None)
+    for group in d["optim"].values():
+        for f in ("lr", "weight_decay", "betas", "eps", "momentum", "warmup_steps", "temperature", "init_scale"):
+            group.pop(f)
+    d["train"].pop("steps")
+    return repr(sorted(d.items()))
+
+
+class PackTrainer:
+    def __init__(self, configs: list, device: str = "cpu"):
+        if not configs:
+            raise ValueError("a pack needs at least one configuration")
+        signatures = {pack_signature(c) for c in configs}
+        if len(signatures) != 1:
+            raise ValueError("configurations in one pack must share everything but per-member fields")
+        self.configs = configs
+        self.K = K = len(configs)
+        self.device = torch.device(device)
+        first = configs[0]
+        self.dtype = torch.float64 if first.train.dtype == "float64" else torch.float32
+        self.data = first.task.data()
+        self.family = MODELS.get(first.model.registry_name).build
+        self.model = self.family(
+            [c.model for c in configs], self.data, [c.seed for c in configs],
+            [{g: c.optim[g].init_scale for g in self.family.groups} for c in configs], self.dtype, self.device,
+        )
+        x, y = self.data.x.to(self.device), self.data.y.to(self.device)
+        self.x, self.y = (x.to(self.dtype) if x.is_floating_point() else x), y
+        n = len(y)
+        splits = [c.task.split(self.data, c.seed) for c in configs]
+        self.n_train = torch.tensor([len(t) for t, _ in splits], device=self.device)
+        if int(self.n_train.min()) < 1:
+            raise SpecError("task.train_fraction", "leaves no training samples")
+        width = int(self.n_train.max())
+        self.train_idx = torch.zeros((K, width), dtype=torch.long, device=self.device)
+        self.train_w = torch.zeros((K, width), dtype=self.dtype, device=self.device)
+        self.w_train_all = torch.zeros((K, n), dtype=self.dtype, device=self.device)
+        self.w_val_all = torch.zeros((K, n), dtype=self.dtype, device=self.device)
+        for k, (tr, va) in enumerate(splits):
+            self.train_idx[k, : len(tr)] = tr.to(self.device)
+            self.train_w[k, : len(tr)] = 1.0 / len(tr)
+            self.w_train_all[k, tr.to(self.device)] = 1.0 / len(tr)
+            if len(va):
+                self.w_val_all[k, va.to(self.device)] = 1.0 / len(va)
+        self.has_val = torch.tensor([len(va) > 0 for _, va in splits], device=self.device)
+
+        train = first.train
+        self.full_batch = train.batch_size == "full"
+        self.batch_size = width if self.full_batch else int(train.batch_size)
+        # Evaluation is free when one full-batch forward over all points already is the training forward.
+        self.joint = self.full_batch and not self.model.uses_dropout and n <= max(4096, 2 * width)
+        gaps = [c.phases.gap for c in configs]
+        self.eval_every = 1 if self.joint else (train.eval_every if train.eval_every != "auto" else auto_eval_every(min(gaps)))
+        self.check_every = 1 if self.device.type == "cpu" else 16
+        self.max_steps = [min(c.train.steps, c.phases.budget) for c in configs]
+        self.total = max(self.max_steps)
+        self.records = sorted(set().union(*(record_steps(s, c.train.curve_points_per_decade)
+                                             for s, c in zip(self.max_steps, configs, strict=True))))
+        self.record_set = set(self.records)
+        self.threshold = torch.tensor([c.phases.threshold for c in configs], dtype=self.dtype, device=self.device)
+
+        self.optimizers = {}
+        self.masks = {}
+        for gi, g in enumerate(self.family.groups):
+            named = self.model.group_params(g)
+            self.optimizers[g] = GroupOptimizer([p for _, p in named], [c.optim[g] for c in configs],
+                                                [c.seed for c in configs], salt=gi + 1)
+            self.masks[g] = [self.model.pad_masks.get(name) for name, _ in named]
+        self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
+        # Device-side state, read by the host only at checks.
+        self.step = 0
+        self.cross_train = torch.full((K,), -1, dtype=torch.long, device=self.device)
+        self.cross_val = torch.full((K,), -1, dtype=torch.long, device=self.device)
+        self.diverged = torch.zeros(K, dtype=torch.bool, device=self.device)
+        self.active = torch.ones(K, dtype=torch.bool, device=self.device)
+        self.last = torch.full((K, len(METRICS)), math.nan, dtype=self.dtype, device=self.device)
+        self.stopped_at = [None] * K  # step at which each member stopped (host side)
+        self.curve_steps: list[int] = []
+        self.curve_rows: list[torch.Tensor] = []  # [K, n_metrics] per recorded step, moved to CPU at checks
+
+    # -- one step ----------------------------------------------------------------------------------------------
+    def _batch(self):
+        if self.full_batch:
+            return self.train_idx, self.train_w
+        u = self.rng.rand((self.batch_size,), torch.float64, self.device)
+        pos = (u * self.n_train.view(-1, 1)).long()
+        return torch.gather(self.train_idx, 1, pos), self.train_w.new_full(pos.shape, 1.0 / self.batch_size)
+
+    def _per_sample(self, idx, rng=None):
+        out = self.model(self.x[idx], rng)
+        return self.model.head.per_sample(out, self.y[idx])
+
+    @torch.no_grad()
+    def _evaluate(self):
+        """Loss and accuracy of every member on all N points, split by its own train/val weights."""
+        n = len(self.y)
+        sums = torch.zeros((4, self.K), dtype=self.dtype, device=self.device)
+        for start in range(0, n, max(1, EVAL_CHUNK // self.K)):
+            idx = torch.arange(start, min(n, start + max(1, EVAL_CHUNK // self.K)), device=self.device)
+            loss, correct = self._per_sample(idx.expand(self.K, -1))
+            wt, wv = self.w_train_all[:, idx], self.w_val_all[:, idx]
+            sums += torch.stack([(loss * wt).sum(1), (correct * wt).sum(1), (loss * wv).sum(1), (correct * wv).sum(1)])
+        return sums
+
+    def _observe(self, metrics: torch.Tensor, train_loss: torch.Tensor, step: int):
+        """Record crossings and divergence at `step` from a [K, 5] metric row (NaN = not measured)."""
+        live = self.active & ~self.diverged
+        self.diverged |= live & ~torch.isfinite(train_loss)
+        hit_t = live & (metrics[:, 1] >= self.threshold) & (self.cross_train < 0)
+        hit_v = live & self.has_val & (metrics[:, 3] >= self.threshold) & (self.cross_val < 0)
+        self.cross_train = torch.where(hit_t, step, self.cross_train)
+        self.cross_val = torch.where(hit_v, step, self.cross_val)
+        self.last = torch.where(~torch.isnan(metrics) & live.view(-1, 1), metrics, self.last)
+
+    def _metrics_row(self, train_loss, train_acc, val_loss, val_acc, with_norm=True):
+        nan = torch.full((self.K,), math.nan, dtype=self.dtype, device=self.device)
+        cols = [train_loss, train_acc, val_loss, val_acc]
+        cols = [nan if c is None else c.to(self.dtype) for c in cols]
+        if cols[2] is not nan:
+            cols[2] = torch.where(self.has_val, cols[2], nan)
+            cols[3] = torch.where(self.has_val, cols[3], nan)
+        return torch.stack([*cols, self.model.weight_norm().to(self.dtype) if with_norm else nan], 1)
+
+    def train_step(self):
+        t = self.step
+        record = t in self.record_set
+        evaluate = t % self.eval_every == 0 or record
+        idx, w = self._batch()
+        rng = self.rng if self.model.uses_dropout else None
+        if self.joint:
+            loss, correct = self._per_sample(torch.arange(len(self.y), device=self.device).expand(self.K, -1), rng)
+            correct = correct.to(self.dtype)
+            train_loss = (loss * self.w_train_all).sum(1)
+            row = self._metrics_row(train_loss.detach(), (correct * self.w_train_all).sum(1),
+                                    (loss.detach() * self.w_val_all).sum(1), (correct * self.w_val_all).sum(1), record)
+        else:
+            loss, correct = self._per_sample(idx, rng)
+            train_loss = (loss * w).sum(1)
+            if evaluate:
+                s = self._evaluate()
+                row = self._metrics_row(s[0], s[1], s[2], s[3])
+            elif self.full_batch:
+                row = self._metrics_row(train_loss.detach(), (correct.to(self.dtype) * w).sum(1), None, None, False)
+            else:
+                row = self._metrics_row(None, None, None, None, False)
+        self._observe(row, train_loss.detach(), t)
+        if record:
+            self.curve_steps.append(t)
+            self.curve_rows.append(row.detach())
+        for p in self.model.parameters():
+            p.grad = None
+        train_loss.sum().backward()
+        member = self.active & ~self.diverged
+        for g, opt in self.optimizers.items():
+            masks = [
+                member.view(-1, *([1] * (p.dim() - 1))) if m is None else m & member.view(-1, *([1] * (p.dim() - 1)))
+                for p, m in zip(opt.params, self.masks[g], strict=True)
+            ]
+            opt.step(t, masks)
+        self.step = t + 1
+
+    def final_eval(self):
+        """Measure the state after the last update (step == total) for members still running."""
+        s = self._evaluate()
+        row = self._metrics_row(s[0], s[1], s[2], s[3])
+        self._observe(row, s[0], self.step)
+        if self.step in self.record_set and (not self.curve_steps or self.curve_steps[-1] != self.step):
+            self.curve_steps.append(self.step)
+            self.curve_rows.append(row)
+
+    # -- host-side bookkeeping ------------------------------------------------------------------------------
+    def _check(self):
+        """Stop members whose phase is decided, that diverged, or that used up their steps."""
+        tr, va = self.cross_train.tolist(), self.cross_val.tolist()
+        div, act = self.diverged.tolist(), self.active.tolist()
+        for k, cfg in enumerate(self.configs):
+            if not act[k]:
+                continue
+            st, sv = (tr[k] if tr[k] >= 0 else None), (va[k] if va[k] >= 0 else None)
+            decided = cfg.phases.stop_when_classified and is_decided(st, sv, div[k], self.step, cfg.phases)
+            if div[k] or decided or self.step >= self.max_steps[k]:
+                self.stopped_at[k] = self.step
+                self.active[k] = False
+        if any(div):  # keep NaN out of later arithmetic on frozen members
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    p.nan_to_num_(0.0, 0.0, 0.0)
+
+    def done(self) -> bool:
+        return all(s is not None for s in self.stopped_at)
+
+    def run(self, until: int | None = None, on_check=None) -> bool:
+        """Train until every member stopped (returns True) or `self.step == until` (returns False)."""
+        stop = self.total if until is None else min(until, self.total)
+        while not self.done() and self.step < stop:
+            self.train_step()
+            if self.step % self.check_every == 0 or self.step >= self.total:
+                if self.step >= self.total:
+                    self.final_eval()
+                self._check()
+                if on_check is not None:
+                    on_check(self)
+        if self.step >= self.total and not self.done():
+            self._check()
+        return self.done()
+
+    def results(self) -> list[MemberResult]:
+        rows = torch.stack(self.curve_rows).cpu().tolist() if self.curve_rows else []  # [T, K, M]
+        tr, va, last = self.cross_train.tolist(), self.cross_val.tolist(), self.last.cpu().tolist()
+        out = []
+        for k, cfg in enumerate(self.configs):
+            stop = self.stopped_at[k] if self.stopped_at[k] is not None else self.step
+            st, sv = (tr[k] if tr[k] >= 0 else None), (va[k] if va[k] >= 0 else None)
+            diverged = bool(self.diverged[k])
+            phase = classify(st, sv, diverged, cfg.phases)
+            curve = {"step": []} | {m: [] for m in METRICS}
+            for step, row in zip(self.curve_steps, rows, strict=True):
+                if step > stop:
+                    break
+                curve["step"].append(step)
+                for m, v in zip(METRICS, row[k], strict=True):
+                    curve[m].append(v)
+            final = {m: v for m, v in zip(METRICS, last[k], strict=True) if not math.isnan(v)}
+            out.append(MemberResult(phase, st, sv, phase_gap(st, sv), stop, final, curve))
+        return out
+
+    # -- checkpoints: tensors, lists and numbers only, so they load with weights_only=True --------------------
+    def state_dict(self) -> dict:
+        return {
+            "version": 1,
+            "configs": [to_dict(c) for c in self.configs],
+            "step": self.step,
+            "model": {k: v.detach().clone() for k, v in self.model.params.items()},
+            "optim": {g: o.state_dict() for g, o in self.optimizers.items()},
+            "rng": self.rng.state_dict(),
+            "cross_train": self.cross_train.clone(), "cross_val": self.cross_val.clone(),
+            "diverged": self.diverged.clone(), "active": self.active.clone(), "last": self.last.clone(),
+            "stopped_at": list(self.stopped_at),
+            "curve_steps": list(self.curve_steps),
+            "curve_rows": torch.stack(self.curve_rows).cpu() if self.curve_rows else torch.zeros(0),
+        }
+
+    def load_state_dict(self, state: dict):
+        if state["configs"] != [to_dict(c) for c in self.configs]:
+            raise ValueError("checkpoint belongs to different configurations")
+        self.step = state["step"]
+        with torch.no_grad():
+            for k, v in state["model"].items():
+                self.model.params[k].copy_(v)
+        for g, o in self.optimizers.items():
+            o.load_state_dict(state["optim"][g])
+        self.rng.load_state_dict(state["rng"])
+        for name in ("cross_train", "cross_val", "diverged", "active", "last"):
+            setattr(self, name, state[name].to(self.device))
+        self.stopped_at = list(state["stopped_at"])
+        self.curve_steps = list(state["curve_steps"])
+        self.curve_rows = [r.to(self.device) for r in state["curve_rows"]] if len(state["curve_rows"]) else []
+
+
+def save_checkpoint(trainer: PackTrainer, path) -> None:
+    torch.save(trainer.state_dict(), path)
+
+
+def load_checkpoint(trainer: PackTrainer, path) -> None:
+    """Restore with weights_only=True: a crafted pickle in a checkpoint cannot run code."""
+    trainer.load_state_dict(torch.load(path, map_location=trainer.device, weights_only=True))

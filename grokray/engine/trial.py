@@ -1,0 +1,12 @@
+"""Run one configuration to its phase: the function everything else in grokray is built on."""
+
+from __future__ import annotations
+
+from .pack import MemberResult, PackTrainer
+
+
+def run_trial(config, device: str = "cpu") -> MemberResult:
+    """Train `config` until its phase is decided (or its steps run out) and return curve and phase."""
+    trainer = PackTrainer([config], device=device)
+    trainer.run()
+    return trainer.results()[0]

@@ -1,0 +1,90 @@
+"""Stacked building blocks shared by the model families: every tensor has a leading member axis K."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+ACTIVATIONS = {
+    "tanh": torch.tanh,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "square": torch.square,
+    "erf": torch.erf,
+    "identity": lambda x: x,
+}
+
+
+def uniform(gen: torch.Generator, shape, bound: float) -> torch.Tensor:
+    """U(-bound, bound) from the member's own generator (float64, cast later, so dtype never changes draws)."""
+    return (torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound
+
+
+def normal(gen: torch.Generator, shape, std: float) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float64) * std
+
+
+def linear_init(gen, fan_in: int, fan_out: int, bias: bool, scale: float) -> list[torch.Tensor]:
+    """PyTorch's nn.Linear default (U(±1/sqrt(fan_in)) for weight and bias), times the group's init scale."""
+    bound = 1.0 / math.sqrt(fan_in)
+    out = [uniform(gen, (fan_in, fan_out), bound) * scale]
+    if bias:
+        out.append(uniform(gen, (fan_out,), bound) * scale)
+    return out
+
+
+def mlp_init(gen, sizes: list[int], bias: bool, scale: float, prefix: str) -> dict[str, torch.Tensor]:
+    """Weights of an MLP with layer sizes `sizes` (input first), named prefix0.w, prefix0.b, ..."""
+    params = {}
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        tensors = linear_init(gen, fan_in, fan_out, bias, scale)
+        params[f"{prefix}{i}.w"] = tensors[0]
+        if bias:
+            params[f"{prefix}{i}.b"] = tensors[1]
+    return params
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x [K, B, in] @ w [K, in, out] (+ b [K, out]) as one batched matmul."""
+    if b is None:
+        return torch.bmm(x, w)
+    return torch.baddbmm(b.unsqueeze(1), x, w)
+
+
+def mlp(x: torch.Tensor, get, prefix: str, n_layers: int, activation: str, bias: bool) -> torch.Tensor:
+    """Stacked MLP forward (`get(name)` returns a stacked tensor); no activation after the last layer."""
+    act = ACTIVATIONS[activation]
+    for i in range(n_layers):
+        x = linear(x, get(f"{prefix}{i}.w"), get(f"{prefix}{i}.b") if bias else None)
+        if i < n_layers - 1:
+            x = act(x)
+    return x
+
+
+def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm over the last axis with per-member affine weights w, b [K, d]."""
+    shape = (w.shape[0],) + (1,) * (x.dim() - 2) + (w.shape[1],)
+    return F.layer_norm(x, x.shape[-1:], eps=eps) * w.view(shape) + b.view(shape)
+
+
+def pad_stack(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Stack member tensors of possibly different shapes, zero-padded to the largest.
+
+    Returns the stack and a boolean mask of the real entries (None when all shapes agree). Padded hidden units
+    have zero weights in and out, so with the mask on their updates a member computes exactly what it would
+    alone.
+    """
+    shapes = {tuple(t.shape) for t in tensors}
+    if len(shapes) == 1:
+        return torch.stack(tensors), None
+    big = [max(s[d] for s in shapes) for d in range(len(next(iter(shapes))))]
+    out = tensors[0].new_zeros((len(tensors), *big))
+    mask = torch.zeros((len(tensors), *big), dtype=torch.bool)
+    for k, t in enumerate(tensors):
+        region = (k, *(slice(0, n) for n in t.shape))
+        out[region] = t
+        mask[region] = True
+    return out, mask

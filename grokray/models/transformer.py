@@ -1,0 +1,109 @@
+"""Decoder-only transformer on `a b =` (or `a op b =`) sequences, as in Power et al. and Liu et al. §4.2."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from ..config import bounded
+from ..errors import SpecError
+from . import MODELS
+from .base import PackedModel
+from .heads import ClassificationHead
+from .layers import ACTIVATIONS, layer_norm, linear, linear_init, normal
+
+
+@dataclass
+class TransformerConfig:
+    n_layers: int = bounded(1, ge=1)
+    d_model: int = bounded(128, ge=1)
+    n_heads: int = bounded(4, ge=1)
+    d_mlp: int = bounded(512, ge=1)
+    dropout: float = bounded(0.0, ge=0.0, lt=1.0)
+    activation: Literal["relu", "gelu"] = "relu"
+    positional: Literal["learned", "none"] = "learned"
+    layer_norm: bool = True
+    op_token: bool = False  # sequence `a op b =` instead of `a b =`
+
+    def validate(self, path):
+        if self.d_model % self.n_heads:
+            raise SpecError(f"{path}.n_heads", f"got {self.n_heads}; must divide d_model={self.d_model}")
+
+
+@MODELS.register("transformer", TransformerConfig)
+class TransformerModel(PackedModel):
+    groups = ("embedding", "decoder")
+    per_member_fields = frozenset({"d_mlp", "dropout"})
+
+    @property
+    def uses_dropout(self):
+        return any(c.dropout > 0 for c in self.configs)
+
+    @staticmethod
+    def init_member(cfg, data, gen, init_scales):
+        d, e, s = cfg.d_model, init_scales["embedding"], init_scales["decoder"]
+        seq = 4 if cfg.op_token else 3
+        vocab = data.vocab_size + (2 if cfg.op_token else 1)  # symbols, '=', and optionally 'op'
+        params = {"tok": normal(gen, (vocab, d), 1 / math.sqrt(d)) * e, "pos": normal(gen, (seq, d), 1 / math.sqrt(d)) * e}
+        for i in range(cfg.n_layers):
+            params[f"l{i}.ln1.w"], params[f"l{i}.ln1.b"] = torch.ones(d), torch.zeros(d)
+            params[f"l{i}.qkv.w"], params[f"l{i}.qkv.b"] = linear_init(gen, d, 3 * d, True, s)
+            params[f"l{i}.out.w"], params[f"l{i}.out.b"] = linear_init(gen, d, d, True, s)
+            params[f"l{i}.ln2.w"], params[f"l{i}.ln2.b"] = torch.ones(d), torch.zeros(d)
+            params[f"l{i}.fc1.w"], params[f"l{i}.fc1.b"] = linear_init(gen, d, cfg.d_mlp, True, s)
+            params[f"l{i}.fc2.w"], params[f"l{i}.fc2.b"] = linear_init(gen, cfg.d_mlp, d, True, s)
+        params["lnf.w"], params["lnf.b"] = torch.ones(d), torch.zeros(d)
+        params["unembed.w"] = linear_init(gen, d, data.num_classes, False, s)[0]
+        return params
+
+    def make_head(self, configs, data, gens, dtype, device):
+        self.eq_token = data.vocab_size
+        self.op_token = data.vocab_size + 1
+        self.dropout = torch.tensor([c.dropout for c in configs], dtype=dtype, device=device)
+        return ClassificationHead(data.num_classes)
+
+    def group_of(self, name):
+        return "embedding" if name in ("tok", "pos") else "decoder"
+
+    def tokens(self, x):
+        """[K, B, 2] symbol pairs -> [K, B, 3 or 4] token ids ending in '='."""
+        eq = torch.full_like(x[..., :1], self.eq_token)
+        if self.cfg.op_token:
+            return torch.cat([x[..., :1], torch.full_like(eq, self.op_token), x[..., 1:2], eq], -1)
+        return torch.cat([x, eq], -1)
+
+    def drop(self, h, rng):
+        """Per-member dropout rate, with masks drawn from each member's own generator."""
+        if rng is None or not self.uses_dropout:
+            return h
+        keep = 1 - self.dropout.view(-1, *([1] * (h.dim() - 1)))
+        return h * (rng.rand(h.shape[1:], h.dtype, h.device) < keep) / keep
+
+    def norm(self, h, name):
+        return layer_norm(h, self.p(f"{name}.w"), self.p(f"{name}.b")) if self.cfg.layer_norm else h
+
+    def forward(self, x, rng=None):
+        cfg, p = self.cfg, self.p
+        tok = self.tokens(x)
+        K, B, T = tok.shape
+        k = torch.arange(K, device=tok.device).view(-1, 1, 1)
+        h = p("tok")[k, tok]  # [K, B, T, d]
+        if cfg.positional == "learned":
+            h = h + p("pos")[:, :T].unsqueeze(1)
+        d, H = cfg.d_model, cfg.n_heads
+        act = ACTIVATIONS[cfg.activation]
+        for i in range(cfg.n_layers):
+            a = self.norm(h, f"l{i}.ln1").reshape(K, B * T, d)
+            qkv = linear(a, p(f"l{i}.qkv.w"), p(f"l{i}.qkv.b")).view(K * B, T, 3, H, d // H).permute(2, 0, 3, 1, 4)
+            att = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+            att = att.transpose(1, 2).reshape(K, B * T, d)
+            h = h + self.drop(linear(att, p(f"l{i}.out.w"), p(f"l{i}.out.b")).view(K, B, T, d), rng)
+            m = self.norm(h, f"l{i}.ln2").reshape(K, B * T, d)
+            m = linear(act(linear(m, p(f"l{i}.fc1.w"), p(f"l{i}.fc1.b"))), p(f"l{i}.fc2.w"), p(f"l{i}.fc2.b"))
+            h = h + self.drop(m.view(K, B, T, d), rng)
+        last = self.norm(h[:, :, -1], "lnf")  # the '=' position predicts the answer
+        return torch.bmm(last, p("unembed.w"))

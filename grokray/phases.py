@@ -1,0 +1,44 @@
+"""Liu et al.'s phase table (appendix A), with the two labels their table leaves implicit made explicit.
+
+| phase              | train >= threshold within budget | val >= threshold within budget | step(val) - step(train) < gap |
+|--------------------|----------------------------------|--------------------------------|-------------------------------|
+| comprehension      | yes                              | yes                            | yes                           |
+| grokking           | yes                              | yes                            | no                            |
+| memorization       | yes                              | no                             | -                             |
+| confusion          | no                               | no                             | -                             |
+| val_without_train  | no                               | yes                            | -                             |
+| diverged           | loss became NaN/inf                                                                               |
+"""
+
+from __future__ import annotations
+
+from .config import PhaseConfig
+
+PHASES = ("comprehension", "grokking", "memorization", "confusion", "val_without_train", "diverged")
+
+
+def _within(step: int | None, budget: int) -> bool:
+    return step is not None and step <= budget
+
+
+def classify(step_train: int | None, step_val: int | None, diverged: bool, cfg: PhaseConfig) -> str:
+    """Phase of a finished (or stopped) trial from its crossing steps."""
+    if diverged:
+        return "diverged"
+    train, val = _within(step_train, cfg.budget), _within(step_val, cfg.budget)
+    if train and val:
+        return "comprehension" if step_val - step_train < cfg.gap else "grokking"
+    if train:
+        return "memorization"
+    if val:
+        return "val_without_train"
+    return "confusion"
+
+
+def is_decided(step_train: int | None, step_val: int | None, diverged: bool, step: int, cfg: PhaseConfig) -> bool:
+    """True once no later step can change the phase: both crossings seen, diverged, or budget spent."""
+    return diverged or (step_train is not None and step_val is not None) or step >= cfg.budget
+
+
+def gap(step_train: int | None, step_val: int | None) -> int | None:
+    return None if step_train is None or step_val is None else step_val - step_train

@@ -1,0 +1,262 @@
+"""The YAML spec: load safely, apply overrides, validate everything, expand the sweep into trial configs.
+
+A *trial config* is one fully resolved configuration (task, model, optim groups, train, phases, seed). A
+*spec* is a base trial config plus sweep axes, seeds, resources and a smoke preset. Every point of the sweep
+is parsed here, so a typo anywhere fails before any trial starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+
+from .config import OptimConfig, PhaseConfig, TrainConfig, bounded, coerce, parse_dataclass, to_dict, unknown_key_error
+from .errors import SpecError
+from .models import MODELS
+from .tasks import TASKS
+
+TRIAL_KEYS = ("task", "model", "optim", "train", "phases", "seed")
+SPEC_KEYS = ("name", "description", *TRIAL_KEYS[:-1], "seeds", "sweep", "resources", "smoke", "search", "adaptive")
+AXIS_KINDS = ("values", "linspace", "logspace", "range")
+
+
+@dataclass
+class TrialConfig:
+    task: Any
+    model: Any
+    optim: dict[str, OptimConfig]
+    train: TrainConfig
+    phases: PhaseConfig
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    def key(self) -> str:
+        """Stable identity of the configuration: what a retried or resumed trial is found by."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class ResourcesConfig:
+    cpu: float = bounded(1.0, gt=0.0)
+    gpu: float = bounded(0.0, ge=0.0)
+    pack_size: int | Literal["auto"] = "auto"
+
+    def validate(self, path):
+        if isinstance(self.pack_size, int) and self.pack_size < 1:
+            raise SpecError(f"{path}.pack_size", f"got {self.pack_size}; must be >= 1 or 'auto'")
+
+
+def _registered(registry, raw, path):
+    if not isinstance(raw, dict):
+        raise SpecError(path, f"expected a mapping with a 'name' ({', '.join(registry.names())}), got {raw!r}")
+    if "name" not in raw:
+        raise SpecError(f"{path}.name", f"missing; allowed: {', '.join(registry.names())}")
+    entry = registry.get(raw["name"])
+    return entry, parse_dataclass(entry.config_cls, {k: v for k, v in raw.items() if k != "name"}, path)
+
+
+def parse_trial(raw: dict) -> TrialConfig:
+    """Resolve one trial config from a plain dict (model family defaults fill unset train/phases fields)."""
+    if not isinstance(raw, dict):
+        raise SpecError("spec", f"expected a mapping, got {raw!r}")
+    for key in raw:
+        if key not in TRIAL_KEYS:
+            raise unknown_key_error("", key, TRIAL_KEYS)
+    for key in ("task", "model"):
+        if key not in raw:
+            raise SpecError(key, f"missing; a spec needs a {key} with a name")
+    _, task = _registered(TASKS, raw["task"], "task")
+    entry, model = _registered(MODELS, raw["model"], "model")
+    family = entry.build
+    if hasattr(family, "check_task"):
+        family.check_task(model, task, "model")
+    defaults = family.defaults if hasattr(family, "defaults") else {}
+    train = parse_dataclass(TrainConfig, {**defaults.get("train", {}), **(raw.get("train") or {})}, "train")
+    phases = parse_dataclass(PhaseConfig, {**defaults.get("phases", {}), **(raw.get("phases") or {})}, "phases")
+    optim_raw = raw.get("optim") or {}
+    if not isinstance(optim_raw, dict):
+        raise SpecError("optim", f"expected a mapping of parameter groups, got {optim_raw!r}")
+    groups = family.groups
+    for key in optim_raw:
+        if key != "default" and key not in groups:
+            raise unknown_key_error("optim", key, ("default", *groups))
+    shared = optim_raw.get("default") or {}
+    optim = {}
+    for g in groups:
+        merged = {**(shared if isinstance(shared, dict) else {}), **(optim_raw.get(g) or {})}
+        optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
+    seed = coerce(int, raw.get("seed", 0), "seed")
+    return TrialConfig(task=task, model=model, optim=optim, train=train, phases=phases, seed=seed)
+
+
+def set_dotted(raw: dict, dotted: str, value) -> None:
+    """raw['a']['b']['c'] = value for 'a.b.c', creating mappings on the way."""
+    parts = dotted.split(".")
+    node = raw
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise SpecError(".".join(parts[: i + 1]), f"is {child!r}, not a mapping, so {dotted!r} cannot be set")
+        node = child
+    node[parts[-1]] = value
+
+
+def axis_values(path: str, axis) -> list:
+    """One sweep axis -> its list of values. `logspace: [a, b, n]` is 10**a .. 10**b like numpy."""
+    if not isinstance(axis, dict) or len(axis) != 1 or next(iter(axis)) not in AXIS_KINDS:
+        raise SpecError(path, f"expected one of {{{', '.join(k + ': ...' for k in AXIS_KINDS)}}}, got {axis!r}")
+    kind, arg = next(iter(axis.items()))
+    where = f"{path}.{kind}"
+    if kind == "values":
+        if not isinstance(arg, list) or not arg:
+            raise SpecError(where, f"expected a non-empty list, got {arg!r}")
+        return list(arg)
+    if not isinstance(arg, list) or len(arg) != 3:
+        raise SpecError(where, f"expected [start, stop, {'step' if kind == 'range' else 'num'}], got {arg!r}")
+    start, stop = coerce(float, arg[0], f"{where}[0]"), coerce(float, arg[1], f"{where}[1]")
+    if kind == "range":
+        step = coerce(float, arg[2], f"{where}[2]")
+        if step == 0 or (stop - start) / step < 0:
+            raise SpecError(f"{where}[2]", f"got {arg[2]!r}; step must move from start towards stop")
+        values = list(np.arange(start, stop, step))
+        if not values:
+            raise SpecError(where, f"{arg!r} is empty")
+        return [int(v) if float(v).is_integer() and all(float(a).is_integer() for a in arg) else float(v) for v in values]
+    num = coerce(int, arg[2], f"{where}[2]", {"ge": 1})
+    if num < 1:
+        raise SpecError(f"{where}[2]", f"got {num}; need at least 1 point")
+    fn = np.linspace if kind == "linspace" else np.logspace
+    return [float(v) for v in fn(start, stop, num)]
+
+
+@dataclass
+class Spec:
+    name: str
+    raw: dict  # the resolved spec as a dict (after overrides and scale), for logging
+    base: dict  # the trial part of raw
+    axes: dict[str, list]
+    seeds: list[int]
+    resources: ResourcesConfig
+    log_axes: set[str] = field(default_factory=set)
+
+    def points(self) -> list[dict]:
+        """Every swept point as {dotted key: value}, seeds last (so seeds of one point are neighbours)."""
+        keys = list(self.axes)
+        out = []
+        for combo in itertools.product(*(self.axes[k] for k in keys)):
+            for seed in self.seeds:
+                out.append({**dict(zip(keys, combo, strict=True)), "seed": seed})
+        return out
+
+    def trial(self, point: dict) -> TrialConfig:
+        raw = copy.deepcopy(self.base)
+        for key, value in point.items():
+            set_dotted(raw, key, value)
+        return parse_trial(raw)
+
+    def trials(self) -> list[TrialConfig]:
+        return [self.trial(p) for p in self.points()]
+
+    def first_trial(self) -> TrialConfig:
+        return self.trial(self.points()[0])
+
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def parse_value(text: str):
+    """A CLI override value: YAML syntax (so `[1, 2]` and `true` work), numbers resolved loosely later."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError("spec", f"file {str(path)!r} does not exist")
+    text = path.read_text()
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError("spec", f"malformed YAML in {path.name}{where}: {problem}") from None
+    if raw is None:
+        raise SpecError("spec", f"{path.name} is empty; a spec needs at least 'task' and 'model'")
+    if not isinstance(raw, dict):
+        raise SpecError("spec", f"{path.name} must be a mapping of {', '.join(SPEC_KEYS)}; got {type(raw).__name__}")
+    return raw
+
+
+def build_spec(raw: dict, overrides: list[str] | tuple = (), scale: str | None = None, default_name: str = "grokray") -> Spec:
+    raw = copy.deepcopy(raw)
+    for key in raw:
+        if key not in SPEC_KEYS:
+            raise unknown_key_error("", key, SPEC_KEYS)
+    if scale is not None:
+        if scale != "smoke":
+            raise SpecError("--scale", f"got {scale!r}; allowed: smoke")
+        preset = raw.get("smoke") or {}
+        if not isinstance(preset, dict):
+            raise SpecError("smoke", f"expected a mapping of dotted overrides, got {preset!r}")
+        for key, value in preset.items():
+            _check_top(key, "smoke")
+            set_dotted(raw, key, value)
+    for item in overrides:
+        if "=" not in item:
+            raise SpecError("-s", f"got {item!r}; expected key=value, e.g. optim.decoder.lr=3e-4")
+        key, text = item.split("=", 1)
+        _check_top(key.strip(), "-s")
+        set_dotted(raw, key.strip(), parse_value(text))
+    name = raw.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise SpecError("name", f"expected a non-empty string, got {name!r}")
+    seeds = raw.get("seeds", [0])
+    seeds = coerce(list[int], seeds if isinstance(seeds, list) else [seeds], "seeds")
+    if not seeds:
+        raise SpecError("seeds", "expected at least one seed")
+    resources = parse_dataclass(ResourcesConfig, raw.get("resources") or {}, "resources")
+    sweep = raw.get("sweep") or {}
+    if not isinstance(sweep, dict):
+        raise SpecError("sweep", f"expected a mapping of dotted field -> axis, got {sweep!r}")
+    axes = {key: axis_values(f"sweep.{key}", axis) for key, axis in sweep.items()}
+    log_axes = {key for key, axis in sweep.items() if "logspace" in axis}
+    base = {k: raw[k] for k in TRIAL_KEYS[:-1] if k in raw}
+    spec = Spec(name=name, raw=raw, base=base, axes=axes, seeds=seeds, resources=resources, log_axes=log_axes)
+    parse_trial(base)  # the base itself must be valid
+    for key, values in axes.items():  # each axis must name a real field; every value must be valid
+        if key.split(".")[0] not in TRIAL_KEYS:
+            raise unknown_key_error("sweep", key.split(".")[0], TRIAL_KEYS)
+        first = {k: v[0] for k, v in axes.items()}
+        for value in values:
+            try:
+                spec.trial({**first, key: value})
+            except SpecError as exc:
+                raise SpecError(f"sweep.{key}", str(exc)) from None
+    return spec
+
+
+def _check_top(key: str, where: str):
+    top = key.split(".")[0]
+    if top not in SPEC_KEYS:
+        raise unknown_key_error(where, top, SPEC_KEYS)
+
+
+def load_spec(path: str | Path, overrides=(), scale: str | None = None) -> Spec:
+    return build_spec(read_yaml(path), overrides, scale, default_name=Path(path).stem)

@@ -36,11 +36,12 @@ class MemberResult:
     final: dict[str, float]
     curve: dict[str, list] = field(default_factory=dict)  # "step" plus one list per metric
 
-    def summary(self) -> dict[str, float]:
+    def summary(self, threshold: float = 0.9) -> dict[str, float]:
+        """Summary metrics with the names STYLE.md fixes: step_train_acc_0.9, step_val_acc_0.9, grokking_gap."""
         out = {f"final/{k}": v for k, v in self.final.items()}
         for key, value in (("step_train_acc", self.step_train), ("step_val_acc", self.step_val)):
             if value is not None:
-                out[key] = value
+                out[f"{key}_{threshold:g}"] = value
         if self.gap is not None:
             out["grokking_gap"] = self.gap
         out["steps_run"] = self.steps_run

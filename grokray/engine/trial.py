@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from .pack import MemberResult, PackTrainer
+from .pack import MemberResult
 
 
 def run_trial(config, device: str = "cpu") -> MemberResult:
     """Train `config` until its phase is decided (or its steps run out) and return curve and phase."""
-    trainer = PackTrainer([config], device=device)
+    from . import make_trainer
+
+    trainer = make_trainer([config], device=device)
     trainer.run()
     return trainer.results()[0]

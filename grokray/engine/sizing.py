@@ -1,0 +1,37 @@
+"""How many members to put in one pack (`resources.pack_size: auto`)."""
+
+from __future__ import annotations
+
+import torch
+
+CPU_WORKING_SET = 48 * 2**20  # bytes: stay near the last-level cache so stacking does not thrash memory
+GPU_FRACTION = 0.5  # of free device memory, leaving room for the other packs sharing the card
+MAX_PACK = 1024
+
+
+def member_bytes(trainer_probe) -> int:
+    """Bytes one member needs: params, grads and two moments, plus forward activations over its data."""
+    params = sum(p[0].numel() for p in trainer_probe.model.parameters())
+    elem = 8 if trainer_probe.dtype == torch.float64 else 4
+    width = sum(p.shape[-1] for p in trainer_probe.model.parameters() if p.dim() == 3)
+    activations = len(trainer_probe.y) * max(width, 1) * 3
+    return elem * (4 * params + activations)
+
+
+def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: float = 1.0) -> int:
+    """Pick K from a one-member probe of the model: cache-sized on CPU, memory-sized on a GPU."""
+    from . import make_trainer, max_pack_size
+
+    cap = max_pack_size(config)
+    if cap == 1 or n_configs <= 1:
+        return 1
+    probe = make_trainer([config], device="cpu")
+    need = max(1, member_bytes(probe))
+    if device.startswith("cuda") and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info()
+        budget = free * GPU_FRACTION * gpu_fraction
+        k = int(budget // need)
+    else:
+        k = int(CPU_WORKING_SET // need)
+    k = max(1, min(k, MAX_PACK, n_configs))
+    return min(k, cap) if cap else k

@@ -92,6 +92,7 @@ def parse_trial(raw: dict) -> TrialConfig:
         if key != "default" and key not in groups:
             raise unknown_key_error("optim", key, ("default", *groups))
     shared = optim_raw.get("default") or {}
+    parse_dataclass(OptimConfig, shared, "optim.default")  # so a mistake there is reported there
     optim = {}
     for g in groups:
         merged = {**(shared if isinstance(shared, dict) else {}), **(optim_raw.get(g) or {})}

@@ -1,0 +1,55 @@
+"""The phase table of Liu et al. (appendix A), row by row, plus the edge cases grokray names explicitly."""
+
+import pytest
+
+from grokray.config import PhaseConfig
+from grokray.phases import PHASES, classify, gap, is_decided
+
+CFG = PhaseConfig(threshold=0.9, budget=10_000, gap=1000)
+
+
+@pytest.mark.parametrize(
+    ("step_train", "step_val", "diverged", "phase"),
+    [
+        (100, 300, False, "comprehension"),  # both within budget, gap 200 < 1000
+        (100, 5000, False, "grokking"),  # gap 4900 >= 1000
+        (100, None, False, "memorization"),
+        (None, None, False, "confusion"),
+        (None, 400, False, "val_without_train"),  # val reached, train never: not comprehension
+        (100, 300, True, "diverged"),  # divergence wins over any crossing
+        (100, 1100, False, "grokking"),  # gap exactly equal to the gap threshold is not "< gap"
+        (100, 1099, False, "comprehension"),  # one step under the threshold
+        (500, 200, False, "comprehension"),  # val before train: negative gap
+        (100, 10_001, False, "memorization"),  # val crossing after the budget does not count
+        (10_001, 10_002, False, "confusion"),  # neither within budget
+        (10_000, 10_000, False, "comprehension"),  # crossings exactly at the budget count
+    ],
+)
+def test_phase_table(step_train, step_val, diverged, phase):
+    assert classify(step_train, step_val, diverged, CFG) == phase
+
+
+def test_every_label_reachable_and_listed():
+    seen = {
+        classify(st, sv, d, CFG)
+        for st in (None, 1, 5000)
+        for sv in (None, 2, 9000)
+        for d in (False, True)
+    }
+    assert seen == set(PHASES)
+
+
+def test_thresholds_are_fields():
+    tight = PhaseConfig(threshold=0.9, budget=10_000, gap=50)
+    assert classify(100, 300, False, tight) == "grokking"
+    short = PhaseConfig(threshold=0.9, budget=200, gap=1000)
+    assert classify(100, 300, False, short) == "memorization"
+
+
+def test_decided_only_when_nothing_can_change():
+    assert is_decided(10, 20, False, 30, CFG)
+    assert is_decided(None, None, True, 5, CFG)
+    assert not is_decided(10, None, False, 5000, CFG)  # could still grok
+    assert not is_decided(None, 10, False, 5000, CFG)  # train could still cross
+    assert is_decided(10, None, False, 10_000, CFG)  # budget spent
+    assert gap(10, 25) == 15 and gap(None, 3) is None

@@ -1,0 +1,86 @@
+"""Bad specs: one clear line naming the field and what is allowed, exit code 2, no traceback."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grokray.cli import main
+
+GOOD = {
+    "name": "t",
+    "task": {"name": "modular", "op": "add", "p": 7, "train_fraction": 0.5},
+    "model": {"name": "toy", "embed_dim": 2, "hidden": [8]},
+    "optim": {"default": {"name": "adamw", "lr": 1e-3}},
+    "train": {"steps": 3},
+}
+
+
+def with_change(path: str, value):
+    raw = yaml.safe_load(yaml.safe_dump(GOOD))
+    node = raw
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return yaml.safe_dump(raw)
+
+
+CASES = {
+    "malformed_yaml": ("task: {name: modular, p: 7\nmodel: [", "malformed YAML", "spec"),
+    "empty_file": ("", "empty", "spec"),
+    "unknown_model": (with_change("model.name", "resnet"), "allowed: ", "model.name"),
+    "unknown_key": (with_change("optim.default.weight_decy", 0.1), "did you mean 'weight_decay'", "optim.default.weight_decy"),
+    "wrong_type": (with_change("train.steps", "many"), "expected int", "train.steps"),
+    "negative_lr": (with_change("optim.default.lr", -0.1), "must be >= 0", "optim.default.lr"),
+    "fraction_zero": (with_change("task.train_fraction", 0), "must be > 0", "task.train_fraction"),
+    "fraction_too_big": (with_change("task.train_fraction", 1.5), "<= 1", "task.train_fraction"),
+    "composite_p_div": (with_change("task.op", "div").replace("p: 7", "p: 21"), "prime", "task.p"),
+    "width_zero": (with_change("model.hidden", [0]), ">= 1", "model.hidden[0]"),
+    "steps_zero": (with_change("train.steps", 0), ">= 1", "train.steps"),
+    "unknown_top_key": (yaml.safe_dump({**GOOD, "sweeps": {}}), "did you mean 'sweep'", "sweeps"),
+    "bad_axis": (yaml.safe_dump({**GOOD, "sweep": {"optim.default.lr": {"logspace": [-3, -1]}}}), "[start, stop, num]",
+                 "sweep.optim.default.lr.logspace"),
+    "axis_unknown_field": (yaml.safe_dump({**GOOD, "sweep": {"optim.decodr.lr": {"values": [1e-3]}}}), "did you mean 'decoder'",
+                           "sweep.optim.decodr.lr"),
+    "nan_string": (with_change("optim.default.lr", "nan"), "finite", "optim.default.lr"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_spec_is_one_line(case, tmp_path, capsys):
+    text, expected, field = CASES[case]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    code = main(["train", str(spec)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert expected in err, err
+    assert err.startswith(f"grokray: error: {field}"), err
+
+
+def test_override_typo_is_caught(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(GOOD))
+    assert main(["train", str(spec), "-s", "optim.default.weight_decy=1"]) == 2
+    assert "did you mean 'weight_decay'" in capsys.readouterr().err
+
+
+def test_python_object_tag_is_rejected(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("!!python/object/apply:os.system ['echo pwned']\n")
+    assert main(["train", str(spec)]) == 2
+    assert "malformed YAML" in capsys.readouterr().err
+
+
+def test_no_traceback_from_the_real_console_script(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(with_change("train.steps", -5))
+    proc = subprocess.run([sys.executable, "-m", "grokray.cli", "train", str(spec)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "grokray: error: train.steps: got -5; must be >= 1"
+    assert Path(spec).exists()

@@ -49,7 +49,7 @@ def _resume_matches(raw, k, tmp_path):
     resumed.run()
     a, b = whole.results()[0], resumed.results()[0]
     assert a.final == b.final and a.curve == b.curve and a.phase == b.phase
-    for (name, p), q in zip(whole.model.params.items(), resumed.model.params.values(), strict=True):
+    for (name, p), q in zip(whole.model.flat.items(), resumed.model.flat.values(), strict=True):
         assert torch.equal(p, q), name
 
 

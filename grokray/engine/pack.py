@@ -93,14 +93,17 @@ class PackTrainer:
         width = int(self.n_train.max())
         self.train_idx = torch.zeros((K, width), dtype=torch.long, device=self.device)
         self.train_w = torch.zeros((K, width), dtype=self.dtype, device=self.device)
-        self.w_train_all = torch.zeros((K, n), dtype=self.dtype, device=self.device)
-        self.w_val_all = torch.zeros((K, n), dtype=self.dtype, device=self.device)
+        self.w_train_all = torch.zeros((K, n), dtype=self.dtype, device=self.device)  # 1/n_train on train points
+        # Metrics are counts over 0/1 masks divided once, in float64: 9 of 10 correct is exactly 0.9.
+        self.train_mask_all = torch.zeros((K, n), dtype=torch.float64, device=self.device)
+        self.val_mask_all = torch.zeros((K, n), dtype=torch.float64, device=self.device)
         for k, (tr, va) in enumerate(splits):
             self.train_idx[k, : len(tr)] = tr.to(self.device)
             self.train_w[k, : len(tr)] = 1.0 / len(tr)
             self.w_train_all[k, tr.to(self.device)] = 1.0 / len(tr)
-            if len(va):
-                self.w_val_all[k, va.to(self.device)] = 1.0 / len(va)
+            self.train_mask_all[k, tr.to(self.device)] = 1.0
+            self.val_mask_all[k, va.to(self.device)] = 1.0
+        self.n_val = self.val_mask_all.sum(1).clamp(min=1)
         self.has_val = torch.tensor([len(va) > 0 for _, va in splits], device=self.device)
 
         train = first.train
@@ -116,15 +119,13 @@ class PackTrainer:
         self.records = sorted(set().union(*(record_steps(s, c.train.curve_points_per_decade)
                                              for s, c in zip(self.max_steps, configs, strict=True))))
         self.record_set = set(self.records)
-        self.threshold = torch.tensor([c.phases.threshold for c in configs], dtype=self.dtype, device=self.device)
+        self.threshold = torch.tensor([c.phases.threshold for c in configs], dtype=torch.float64, device=self.device)
 
         self.optimizers = {}
-        self.masks = {}
         for gi, g in enumerate(self.family.groups):
-            named = self.model.group_params(g)
-            self.optimizers[g] = GroupOptimizer([p for _, p in named], [c.optim[g] for c in configs],
-                                                [c.seed for c in configs], salt=gi + 1)
-            self.masks[g] = [self.model.pad_masks.get(name) for name, _ in named]
+            if g in self.model.flat:
+                self.optimizers[g] = GroupOptimizer([self.model.flat[g]], [self.model.flat_grad[g]],
+                                                    [c.optim[g] for c in configs], [c.seed for c in configs], salt=gi + 1)
         self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
         # Device-side state, read by the host only at checks.
         self.step = 0
@@ -132,7 +133,7 @@ class PackTrainer:
         self.cross_val = torch.full((K,), -1, dtype=torch.long, device=self.device)
         self.diverged = torch.zeros(K, dtype=torch.bool, device=self.device)
         self.active = torch.ones(K, dtype=torch.bool, device=self.device)
-        self.last = torch.full((K, len(METRICS)), math.nan, dtype=self.dtype, device=self.device)
+        self.last = torch.full((K, len(METRICS)), math.nan, dtype=torch.float64, device=self.device)
         self.stopped_at = [None] * K  # step at which each member stopped (host side)
         self.curve_steps: list[int] = []
         self.curve_rows: list[torch.Tensor] = []  # [K, n_metrics] per recorded step, moved to CPU at checks
@@ -153,13 +154,14 @@ class PackTrainer:
     def _evaluate(self):
         """Loss and accuracy of every member on all N points, split by its own train/val weights."""
         n = len(self.y)
-        sums = torch.zeros((4, self.K), dtype=self.dtype, device=self.device)
+        sums = torch.zeros((4, self.K), dtype=torch.float64, device=self.device)
         for start in range(0, n, max(1, EVAL_CHUNK // self.K)):
             idx = torch.arange(start, min(n, start + max(1, EVAL_CHUNK // self.K)), device=self.device)
             loss, correct = self._per_sample(idx.expand(self.K, -1))
-            wt, wv = self.w_train_all[:, idx], self.w_val_all[:, idx]
-            sums += torch.stack([(loss * wt).sum(1), (correct * wt).sum(1), (loss * wv).sum(1), (correct * wv).sum(1)])
-        return sums
+            mt, mv, loss = self.train_mask_all[:, idx], self.val_mask_all[:, idx], loss.double()
+            sums += torch.stack([(loss * mt).sum(1), (correct * mt).sum(1), (loss * mv).sum(1), (correct * mv).sum(1)])
+        n_train = self.n_train.double()
+        return sums / torch.stack([n_train, n_train, self.n_val, self.n_val])
 
     def _observe(self, metrics: torch.Tensor, train_loss: torch.Tensor, step: int):
         """Record crossings and divergence at `step` from a [K, 5] metric row (NaN = not measured)."""
@@ -172,13 +174,13 @@ class PackTrainer:
         self.last = torch.where(~torch.isnan(metrics) & live.view(-1, 1), metrics, self.last)
 
     def _metrics_row(self, train_loss, train_acc, val_loss, val_acc, with_norm=True):
-        nan = torch.full((self.K,), math.nan, dtype=self.dtype, device=self.device)
+        nan = torch.full((self.K,), math.nan, dtype=torch.float64, device=self.device)
         cols = [train_loss, train_acc, val_loss, val_acc]
-        cols = [nan if c is None else c.to(self.dtype) for c in cols]
+        cols = [nan if c is None else c.double() for c in cols]
         if cols[2] is not nan:
             cols[2] = torch.where(self.has_val, cols[2], nan)
             cols[3] = torch.where(self.has_val, cols[3], nan)
-        return torch.stack([*cols, self.model.weight_norm().to(self.dtype) if with_norm else nan], 1)
+        return torch.stack([*cols, self.model.weight_norm().double() if with_norm else nan], 1)
 
     def train_step(self):
         t = self.step
@@ -188,10 +190,12 @@ class PackTrainer:
         rng = self.rng if self.model.uses_dropout else None
         if self.joint:
             loss, correct = self._per_sample(torch.arange(len(self.y), device=self.device).expand(self.K, -1), rng)
-            correct = correct.to(self.dtype)
             train_loss = (loss * self.w_train_all).sum(1)
-            row = self._metrics_row(train_loss.detach(), (correct * self.w_train_all).sum(1),
-                                    (loss.detach() * self.w_val_all).sum(1), (correct * self.w_val_all).sum(1), record)
+            c, d = correct.double(), loss.detach().double()
+            n_train = self.n_train.double()
+            row = self._metrics_row((d * self.train_mask_all).sum(1) / n_train, (c * self.train_mask_all).sum(1) / n_train,
+                                    (d * self.val_mask_all).sum(1) / self.n_val, (c * self.val_mask_all).sum(1) / self.n_val,
+                                    record)
         else:
             loss, correct = self._per_sample(idx, rng)
             train_loss = (loss * w).sum(1)
@@ -199,23 +203,20 @@ class PackTrainer:
                 s = self._evaluate()
                 row = self._metrics_row(s[0], s[1], s[2], s[3])
             elif self.full_batch:
-                row = self._metrics_row(train_loss.detach(), (correct.to(self.dtype) * w).sum(1), None, None, False)
+                row = self._metrics_row(train_loss.detach(), (correct.double() * (w > 0)).sum(1) / self.n_train.double(),
+                                        None, None, False)
             else:
                 row = self._metrics_row(None, None, None, None, False)
         self._observe(row, train_loss.detach(), t)
         if record:
             self.curve_steps.append(t)
             self.curve_rows.append(row.detach())
-        for p in self.model.parameters():
-            p.grad = None
+        self.model.zero_grad_flat()
         train_loss.sum().backward()
-        member = self.active & ~self.diverged
+        member = (self.active & ~self.diverged).view(-1, 1)
         for g, opt in self.optimizers.items():
-            masks = [
-                member.view(-1, *([1] * (p.dim() - 1))) if m is None else m & member.view(-1, *([1] * (p.dim() - 1)))
-                for p, m in zip(opt.params, self.masks[g], strict=True)
-            ]
-            opt.step(t, masks)
+            pad = self.model.pad_masks.get(g)
+            opt.step(t, [member if pad is None else pad & member])
         self.step = t + 1
 
     def final_eval(self):
@@ -241,9 +242,8 @@ class PackTrainer:
                 self.stopped_at[k] = self.step
                 self.active[k] = False
         if any(div):  # keep NaN out of later arithmetic on frozen members
-            with torch.no_grad():
-                for p in self.model.parameters():
-                    p.nan_to_num_(0.0, 0.0, 0.0)
+            for flat in self.model.flat.values():
+                flat.nan_to_num_(0.0, 0.0, 0.0)
 
     def done(self) -> bool:
         return all(s is not None for s in self.stopped_at)
@@ -289,7 +289,7 @@ class PackTrainer:
             "version": 1,
             "configs": [to_dict(c) for c in self.configs],
             "step": self.step,
-            "model": {k: v.detach().clone() for k, v in self.model.params.items()},
+            "model": {g: flat.clone() for g, flat in self.model.flat.items()},
             "optim": {g: o.state_dict() for g, o in self.optimizers.items()},
             "rng": self.rng.state_dict(),
             "cross_train": self.cross_train.clone(), "cross_val": self.cross_val.clone(),
@@ -303,9 +303,8 @@ class PackTrainer:
         if state["configs"] != [to_dict(c) for c in self.configs]:
             raise ValueError("checkpoint belongs to different configurations")
         self.step = state["step"]
-        with torch.no_grad():
-            for k, v in state["model"].items():
-                self.model.params[k].copy_(v)
+        for g, flat in state["model"].items():
+            self.model.flat[g].copy_(flat)
         for g, o in self.optimizers.items():
             o.load_state_dict(state["optim"][g])
         self.rng.load_state_dict(state["rng"])

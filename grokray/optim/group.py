@@ -33,12 +33,13 @@ class GroupOptimizer:
 
     HYPER = ("lr", "weight_decay", "eps", "momentum", "warmup_steps", "temperature")
 
-    def __init__(self, params: list[torch.Tensor], configs: list[OptimConfig], seeds: list[int], salt: int):
+    def __init__(self, params: list[torch.Tensor], grads: list[torch.Tensor], configs: list[OptimConfig],
+                 seeds: list[int], salt: int):
         kinds = {c.name for c in configs}
         if len(kinds) != 1:
             raise ValueError(f"a pack shares one optimizer kind per group, got {sorted(kinds)}")
         self.kind = kinds.pop()
-        self.params = params
+        self.params, self.grads = params, grads
         ref = params[0]
         as_tensor = lambda values: torch.tensor(values, dtype=ref.dtype, device=ref.device)  # noqa: E731
         self.h = {name: as_tensor([getattr(c, name) for c in configs]) for name in self.HYPER}
@@ -56,7 +57,7 @@ class GroupOptimizer:
         """Apply update number `step` (0-based). `masks[i]` is 1 where param i may move, 0 where frozen."""
         h = self.h
         lr = h["lr"] * P.warmup_factor(step, h["warmup_steps"])
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        grads = self.grads
         if self.kind == "adamw":
             deltas = [
                 P.decoupled_decay(p, lr, h["weight_decay"])

@@ -129,7 +129,7 @@ def _check_bounds(x, path: str, meta: dict):
         "le": (lambda b: x <= b, "<="),
         "lt": (lambda b: x < b, "<"),
     }
-    for key, (ok, sym) in tests.items():
+    for key, (ok, _) in tests.items():
         if key in meta and not ok(meta[key]):
             rule = " and ".join(f"{tests[k][1]} {meta[k]}" for k in tests if k in meta)
             raise SpecError(path, f"got {x!r}; must be {rule}")

@@ -1,13 +1,13 @@
 """Liu et al.'s phase table (appendix A), with the two labels their table leaves implicit made explicit.
 
-| phase              | train >= threshold within budget | val >= threshold within budget | step(val) - step(train) < gap |
-|--------------------|----------------------------------|--------------------------------|-------------------------------|
-| comprehension      | yes                              | yes                            | yes                           |
-| grokking           | yes                              | yes                            | no                            |
-| memorization       | yes                              | no                             | -                             |
-| confusion          | no                               | no                             | -                             |
-| val_without_train  | no                               | yes                            | -                             |
-| diverged           | loss became NaN/inf                                                                               |
+| phase             | train >= thr in budget | val >= thr in budget | step(val) - step(train) < gap |
+|-------------------|------------------------|----------------------|-------------------------------|
+| comprehension     | yes                    | yes                  | yes                           |
+| grokking          | yes                    | yes                  | no                            |
+| memorization      | yes                    | no                   | -                             |
+| confusion         | no                     | no                   | -                             |
+| val_without_train | no                     | yes                  | -                             |
+| diverged          | the training loss became NaN or inf                                    |
 """
 
 from __future__ import annotations

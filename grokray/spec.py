@@ -135,7 +135,9 @@ def axis_values(path: str, axis) -> list:
         values = list(np.arange(start, stop, step))
         if not values:
             raise SpecError(where, f"{arg!r} is empty")
-        return [int(v) if float(v).is_integer() and all(float(a).is_integer() for a in arg) else float(v) for v in values]
+        return [
+            int(v) if float(v).is_integer() and all(float(a).is_integer() for a in arg) else float(v) for v in values
+        ]
     num = coerce(int, arg[2], f"{where}[2]", {"ge": 1})
     if num < 1:
         raise SpecError(f"{where}[2]", f"got {num}; need at least 1 point")
@@ -205,7 +207,9 @@ def read_yaml(path: str | Path) -> dict:
     return raw
 
 
-def build_spec(raw: dict, overrides: list[str] | tuple = (), scale: str | None = None, default_name: str = "grokray") -> Spec:
+def build_spec(
+    raw: dict, overrides: list[str] | tuple = (), scale: str | None = None, default_name: str = "grokray"
+) -> Spec:
     raw = copy.deepcopy(raw)
     for key in raw:
         if key not in SPEC_KEYS:

@@ -86,8 +86,9 @@ def test_core_imports_no_ray_mlflow_optuna():
     code = (
         "import json, sys, grokray, grokray.cli, grokray.spec, grokray.engine;"
         "from grokray.engine import run_trial; from grokray.spec import build_spec;"
-        f"r = run_trial(build_spec({json.dumps(TOY)!r} and json.loads({json.dumps(json.dumps(TOY))})).first_trial());"
-        "print(json.dumps({'phase': r.phase, 'mods': sorted(m for m in ('ray', 'mlflow', 'optuna') if m in sys.modules)}))"
+        f"r = run_trial(build_spec(json.loads({json.dumps(json.dumps(TOY))})).first_trial());"
+        "mods = sorted(m for m in ('ray', 'mlflow', 'optuna') if m in sys.modules);"
+        "print(json.dumps({'phase': r.phase, 'mods': mods}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])

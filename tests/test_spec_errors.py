@@ -32,7 +32,11 @@ CASES = {
     "malformed_yaml": ("task: {name: modular, p: 7\nmodel: [", "malformed YAML", "spec"),
     "empty_file": ("", "empty", "spec"),
     "unknown_model": (with_change("model.name", "resnet"), "allowed: ", "model.name"),
-    "unknown_key": (with_change("optim.default.weight_decy", 0.1), "did you mean 'weight_decay'", "optim.default.weight_decy"),
+    "unknown_key": (
+        with_change("optim.default.weight_decy", 0.1),
+        "did you mean 'weight_decay'",
+        "optim.default.weight_decy",
+    ),
     "wrong_type": (with_change("train.steps", "many"), "expected int", "train.steps"),
     "negative_lr": (with_change("optim.default.lr", -0.1), "must be >= 0", "optim.default.lr"),
     "fraction_zero": (with_change("task.train_fraction", 0), "must be > 0", "task.train_fraction"),
@@ -41,10 +45,16 @@ CASES = {
     "width_zero": (with_change("model.hidden", [0]), ">= 1", "model.hidden[0]"),
     "steps_zero": (with_change("train.steps", 0), ">= 1", "train.steps"),
     "unknown_top_key": (yaml.safe_dump({**GOOD, "sweeps": {}}), "did you mean 'sweep'", "sweeps"),
-    "bad_axis": (yaml.safe_dump({**GOOD, "sweep": {"optim.default.lr": {"logspace": [-3, -1]}}}), "[start, stop, num]",
-                 "sweep.optim.default.lr.logspace"),
-    "axis_unknown_field": (yaml.safe_dump({**GOOD, "sweep": {"optim.decodr.lr": {"values": [1e-3]}}}), "did you mean 'decoder'",
-                           "sweep.optim.decodr.lr"),
+    "bad_axis": (
+        yaml.safe_dump({**GOOD, "sweep": {"optim.default.lr": {"logspace": [-3, -1]}}}),
+        "[start, stop, num]",
+        "sweep.optim.default.lr.logspace",
+    ),
+    "axis_unknown_field": (
+        yaml.safe_dump({**GOOD, "sweep": {"optim.decodr.lr": {"values": [1e-3]}}}),
+        "did you mean 'decoder'",
+        "sweep.optim.decodr.lr",
+    ),
     "nan_string": (with_change("optim.default.lr", "nan"), "finite", "optim.default.lr"),
 }
 

@@ -80,8 +80,12 @@ class PackTrainer:
         self.data = first.task.data()
         self.family = MODELS.get(first.model.registry_name).build
         self.model = self.family(
-            [c.model for c in configs], self.data, [c.seed for c in configs],
-            [{g: c.optim[g].init_scale for g in self.family.groups} for c in configs], self.dtype, self.device,
+            [c.model for c in configs],
+            self.data,
+            [c.seed for c in configs],
+            [{g: c.optim[g].init_scale for g in self.family.groups} for c in configs],
+            self.dtype,
+            self.device,
         )
         x, y = self.data.x.to(self.device), self.data.y.to(self.device)
         self.x, self.y = (x.to(self.dtype) if x.is_floating_point() else x), y
@@ -112,20 +116,33 @@ class PackTrainer:
         # Evaluation is free when one full-batch forward over all points already is the training forward.
         self.joint = self.full_batch and not self.model.uses_dropout and n <= max(4096, 2 * width)
         gaps = [c.phases.gap for c in configs]
-        self.eval_every = 1 if self.joint else (train.eval_every if train.eval_every != "auto" else auto_eval_every(min(gaps)))
+        self.eval_every = (
+            1 if self.joint else (train.eval_every if train.eval_every != "auto" else auto_eval_every(min(gaps)))
+        )
         self.check_every = 1 if self.device.type == "cpu" else 16
         self.max_steps = [min(c.train.steps, c.phases.budget) for c in configs]
         self.total = max(self.max_steps)
-        self.records = sorted(set().union(*(record_steps(s, c.train.curve_points_per_decade)
-                                             for s, c in zip(self.max_steps, configs, strict=True))))
+        self.records = sorted(
+            set().union(
+                *(
+                    record_steps(s, c.train.curve_points_per_decade)
+                    for s, c in zip(self.max_steps, configs, strict=True)
+                )
+            )
+        )
         self.record_set = set(self.records)
         self.threshold = torch.tensor([c.phases.threshold for c in configs], dtype=torch.float64, device=self.device)
 
         self.optimizers = {}
         for gi, g in enumerate(self.family.groups):
             if g in self.model.flat:
-                self.optimizers[g] = GroupOptimizer([self.model.flat[g]], [self.model.flat_grad[g]],
-                                                    [c.optim[g] for c in configs], [c.seed for c in configs], salt=gi + 1)
+                self.optimizers[g] = GroupOptimizer(
+                    [self.model.flat[g]],
+                    [self.model.flat_grad[g]],
+                    [c.optim[g] for c in configs],
+                    [c.seed for c in configs],
+                    salt=gi + 1,
+                )
         self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
         # Device-side state, read by the host only at checks.
         self.step = 0
@@ -193,9 +210,13 @@ class PackTrainer:
             train_loss = (loss * self.w_train_all).sum(1)
             c, d = correct.double(), loss.detach().double()
             n_train = self.n_train.double()
-            row = self._metrics_row((d * self.train_mask_all).sum(1) / n_train, (c * self.train_mask_all).sum(1) / n_train,
-                                    (d * self.val_mask_all).sum(1) / self.n_val, (c * self.val_mask_all).sum(1) / self.n_val,
-                                    record)
+            row = self._metrics_row(
+                (d * self.train_mask_all).sum(1) / n_train,
+                (c * self.train_mask_all).sum(1) / n_train,
+                (d * self.val_mask_all).sum(1) / self.n_val,
+                (c * self.val_mask_all).sum(1) / self.n_val,
+                record,
+            )
         else:
             loss, correct = self._per_sample(idx, rng)
             train_loss = (loss * w).sum(1)
@@ -203,8 +224,9 @@ class PackTrainer:
                 s = self._evaluate()
                 row = self._metrics_row(s[0], s[1], s[2], s[3])
             elif self.full_batch:
-                row = self._metrics_row(train_loss.detach(), (correct.double() * (w > 0)).sum(1) / self.n_train.double(),
-                                        None, None, False)
+                row = self._metrics_row(
+                    train_loss.detach(), (correct.double() * (w > 0)).sum(1) / self.n_train.double(), None, None, False
+                )
             else:
                 row = self._metrics_row(None, None, None, None, False)
         self._observe(row, train_loss.detach(), t)
@@ -292,8 +314,11 @@ class PackTrainer:
             "model": {g: flat.clone() for g, flat in self.model.flat.items()},
             "optim": {g: o.state_dict() for g, o in self.optimizers.items()},
             "rng": self.rng.state_dict(),
-            "cross_train": self.cross_train.clone(), "cross_val": self.cross_val.clone(),
-            "diverged": self.diverged.clone(), "active": self.active.clone(), "last": self.last.clone(),
+            "cross_train": self.cross_train.clone(),
+            "cross_val": self.cross_val.clone(),
+            "diverged": self.diverged.clone(),
+            "active": self.active.clone(),
+            "last": self.last.clone(),
             "stopped_at": list(self.stopped_at),
             "curve_steps": list(self.curve_steps),
             "curve_rows": torch.stack(self.curve_rows).cpu() if self.curve_rows else torch.zeros(0),

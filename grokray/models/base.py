@@ -22,8 +22,15 @@ class PackedModel(torch.nn.Module):
     per_member_fields: frozenset[str] = frozenset()  # config fields that may differ inside one pack
     uses_dropout: bool = False
 
-    def __init__(self, configs: list, data, seeds: list[int], init_scales: list[dict[str, float]],
-                 dtype=torch.float32, device="cpu"):
+    def __init__(
+        self,
+        configs: list,
+        data,
+        seeds: list[int],
+        init_scales: list[dict[str, float]],
+        dtype=torch.float32,
+        device="cpu",
+    ):
         super().__init__()
         self.cfg = configs[0]  # shared architecture; per-member fields are read from `self.configs`
         self.configs = configs
@@ -39,7 +46,9 @@ class PackedModel(torch.nn.Module):
             group = self.group_of(name)
             start = sum(t.shape[1] for t in pieces[group])
             pieces[group].append(stacked.reshape(K, -1))
-            masks[group].append(torch.ones_like(pieces[group][-1], dtype=torch.bool) if mask is None else mask.reshape(K, -1))
+            masks[group].append(
+                torch.ones_like(pieces[group][-1], dtype=torch.bool) if mask is None else mask.reshape(K, -1)
+            )
             self.layout[name] = (group, start, start + pieces[group][-1].shape[1], tuple(stacked.shape[1:]))
         self.flat = {g: torch.cat(pieces[g], 1).to(dtype=dtype, device=device) for g in self.groups if pieces[g]}
         self.flat_grad = {g: torch.zeros_like(f) for g, f in self.flat.items()}

@@ -48,7 +48,10 @@ class TransformerModel(PackedModel):
         d, e, s = cfg.d_model, init_scales["embedding"], init_scales["decoder"]
         seq = 4 if cfg.op_token else 3
         vocab = data.vocab_size + (2 if cfg.op_token else 1)  # symbols, '=', and optionally 'op'
-        params = {"tok": normal(gen, (vocab, d), 1 / math.sqrt(d)) * e, "pos": normal(gen, (seq, d), 1 / math.sqrt(d)) * e}
+        params = {
+            "tok": normal(gen, (vocab, d), 1 / math.sqrt(d)) * e,
+            "pos": normal(gen, (seq, d), 1 / math.sqrt(d)) * e,
+        }
         for i in range(cfg.n_layers):
             params[f"l{i}.ln1.w"], params[f"l{i}.ln1.b"] = torch.ones(d), torch.zeros(d)
             params[f"l{i}.qkv.w"], params[f"l{i}.qkv.b"] = linear_init(gen, d, 3 * d, True, s)

@@ -33,8 +33,14 @@ class GroupOptimizer:
 
     HYPER = ("lr", "weight_decay", "eps", "momentum", "warmup_steps", "temperature")
 
-    def __init__(self, params: list[torch.Tensor], grads: list[torch.Tensor], configs: list[OptimConfig],
-                 seeds: list[int], salt: int):
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        configs: list[OptimConfig],
+        seeds: list[int],
+        salt: int,
+    ):
         kinds = {c.name for c in configs}
         if len(kinds) != 1:
             raise ValueError(f"a pack shares one optimizer kind per group, got {sorted(kinds)}")
@@ -72,7 +78,10 @@ class GroupOptimizer:
                     for g, m, v in zip(grads, self.state["exp_avg"], self.state["exp_avg_sq"], strict=True)
                 ]
             elif self.kind == "sgd":
-                dirs = [P.momentum_direction(g, b, h["momentum"]) for g, b in zip(grads, self.state["momentum"], strict=True)]
+                dirs = [
+                    P.momentum_direction(g, b, h["momentum"])
+                    for g, b in zip(grads, self.state["momentum"], strict=True)
+                ]
             elif self.kind == "normalized_gd":
                 dirs = P.normalize_by_global_norm(grads)
             else:  # langevin: plain gradient step plus thermal noise

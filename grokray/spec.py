@@ -222,13 +222,13 @@ def build_spec(
             raise SpecError("smoke", f"expected a mapping of dotted overrides, got {preset!r}")
         for key, value in preset.items():
             _check_top(key, "smoke")
-            set_dotted(raw, key, value)
+            _set_override(raw, key, value)
     for item in overrides:
         if "=" not in item:
             raise SpecError("-s", f"got {item!r}; expected key=value, e.g. optim.decoder.lr=3e-4")
         key, text = item.split("=", 1)
         _check_top(key.strip(), "-s")
-        set_dotted(raw, key.strip(), parse_value(text))
+        _set_override(raw, key.strip(), parse_value(text))
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise SpecError("name", f"expected a non-empty string, got {name!r}")
@@ -255,6 +255,31 @@ def build_spec(
             except SpecError as exc:
                 raise SpecError(f"sweep.{key}", str(exc)) from None
     return spec
+
+
+def _set_override(raw: dict, key: str, value) -> None:
+    """Like set_dotted, but `sweep.<dotted axis>[.<kind>]` addresses an axis whose own name contains dots."""
+    if not key.startswith("sweep."):
+        return set_dotted(raw, key, value)
+    rest = key[len("sweep."):]
+    sweep = raw.get("sweep")
+    if sweep is None:
+        sweep = raw["sweep"] = {}
+    if not isinstance(sweep, dict):
+        raise SpecError("sweep", f"expected a mapping of dotted field -> axis, got {sweep!r}")
+    for axis in sorted(sweep, key=len, reverse=True):
+        if rest == axis:
+            sweep[axis] = value
+            return None
+        if rest.startswith(axis + ".") and rest[len(axis) + 1 :] in AXIS_KINDS:
+            sweep[axis] = {rest[len(axis) + 1 :]: value}  # a new kind replaces the axis
+            return None
+    kind = rest.rsplit(".", 1)[-1]
+    if kind in AXIS_KINDS and "." in rest:
+        sweep[rest.rsplit(".", 1)[0]] = {kind: value}
+    else:
+        sweep[rest] = value
+    return None
 
 
 def _check_top(key: str, where: str):

@@ -9,6 +9,7 @@ stream is per member, and the loss is a sum of per-member losses.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +25,9 @@ from .schedule import auto_eval_every, record_steps
 METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
 SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")
 EVAL_CHUNK = 16384  # samples per member per no-grad eval forward
+# Gradients accumulate in place into views of a flat buffer (models/base.py); torch notes that such views do not
+# follow its preferred gradient layout. That is deliberate and measured faster here, so the note is silenced.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 
 @dataclass
@@ -122,15 +126,10 @@ class PackTrainer:
         self.check_every = 1 if self.device.type == "cpu" else 16
         self.max_steps = [min(c.train.steps, c.phases.budget) for c in configs]
         self.total = max(self.max_steps)
-        self.records = sorted(
-            set().union(
-                *(
-                    record_steps(s, c.train.curve_points_per_decade)
-                    for s, c in zip(self.max_steps, configs, strict=True)
-                )
-            )
-        )
-        self.record_set = set(self.records)
+        self.member_records = [
+            record_steps(s, c.train.curve_points_per_decade) for s, c in zip(self.max_steps, configs, strict=True)
+        ]
+        self.record_set = set().union(*self.member_records)
         self.threshold = torch.tensor([c.phases.threshold for c in configs], dtype=torch.float64, device=self.device)
 
         self.optimizers = {}
@@ -298,6 +297,8 @@ class PackTrainer:
             for step, row in zip(self.curve_steps, rows, strict=True):
                 if step > stop:
                     break
+                if step not in self.member_records[k]:  # the pack records the union of its members' schedules
+                    continue
                 curve["step"].append(step)
                 for m, v in zip(METRICS, row[k], strict=True):
                     curve[m].append(v)

@@ -26,6 +26,47 @@ def _train(args) -> int:
     return 0
 
 
+def _run(args) -> int:
+    from .spec import load_spec
+    from .sweep.expand import expand
+
+    spec = load_spec(args.spec, args.set, args.scale)
+    spec.trials()  # the whole sweep is validated before Ray starts or MLflow is written to
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise SpecError("--max-concurrent", f"got {args.max_concurrent}; must be >= 1")
+    if args.checkpoint_every < 1:
+        raise SpecError("--checkpoint-every", f"got {args.checkpoint_every}; must be >= 1")
+    if args.dry_run:
+        est = expand(spec).estimate()
+        print(f"configurations: {est['configurations']}")
+        print(f"packs:          {est['packs']}")
+        print(f"model-steps:    {est['model_steps']}  (sum of min(train.steps, phases.budget))")
+        print(f"estimate:       <= {est['estimated_seconds'] / 60:.1f} min at {est['throughput_assumed']}")
+        return 0
+
+    from .sweep.report import phase_table
+    from .sweep.runner import SweepOptions, run_sweep
+    from .tracking import ui_hint
+
+    options = SweepOptions(
+        resume=args.resume,
+        max_concurrent=args.max_concurrent,
+        address=args.address,
+        tracking_uri=args.tracking_uri,
+        storage=args.storage,
+        checkpoint_every=args.checkpoint_every,
+    )
+    summary = run_sweep(spec, options)
+    print(phase_table(summary.phase_counts, summary.configurations))
+    print(f"{summary.configurations} configurations in {summary.packs} packs, {summary.wall_s:.0f} s; "
+          f"Ray Tune results: {summary.experiment_path}")
+    if summary.errored_trials:
+        print(f"{summary.errored_trials} packs failed after retries; rerun with --resume", file=sys.stderr)
+    print(f"MLflow: experiment {spec.name!r}, parent run {summary.parent_run_id}")
+    print(f"open the UI: {ui_hint(summary.tracking_uri)}")
+    return 1 if summary.errored_trials else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grokray", description="Phase-diagram sweeps of grokking models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,6 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
     common(train)
     train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     train.set_defaults(func=_train)
+
+    run = sub.add_parser("run", help="run the whole sweep on Ray Tune, tracked in MLflow")
+    common(run)
+    run.add_argument("--dry-run", action="store_true",
+                     help="print configurations, packs, model-steps and a cost estimate; start nothing")
+    run.add_argument("--resume", action="store_true", help="continue the last interrupted sweep of this spec")
+    run.add_argument("--max-concurrent", type=int, default=None, metavar="N", help="packs running at once")
+    run.add_argument("--address", default=None, metavar="ADDR",
+                     help="Ray cluster to join (default: $RAY_ADDRESS, else a private local Ray)")
+    run.add_argument("--tracking-uri", default=None, metavar="URI",
+                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    run.add_argument("--storage", default=None, metavar="PATH",
+                     help="Ray Tune results and checkpoints: a local path or shared/cloud URI "
+                          "(default: ./grokray-results)")
+    run.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
+                     help="steps per chunk: each chunk logs to MLflow, and checkpoints/reports at most every 10 s")
+    run.set_defaults(func=_run)
     return parser
 
 

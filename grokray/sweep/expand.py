@@ -1,0 +1,216 @@
+"""Spec -> configurations -> packs -> Tune param_space. Pure: no Ray, no MLflow, testable without a cluster.
+
+A *pack* is a list of configurations with one `engine.pack_signature` that one Tune trial trains at once.
+The param_space is a plain dict whose only axis is `{"grid_search": [pack, ...]}` (what `tune.grid_search`
+returns), so each Tune trial receives one pack of configurations as plain dicts and rebuilds them with
+`spec.parse_trial`. A Tune trial is therefore self-contained: restoring an experiment needs no spec file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from ..engine import max_pack_size, pack_signature
+from ..engine.sizing import auto_pack_size
+from ..spec import Spec, TrialConfig
+
+# Model-steps per second per CPU core for a packed toy model (Liu's addition, widths 200x200), measured on
+# the 2-core development machine with `benchmarks/bench_sweep.py`. Used only for the --dry-run estimate,
+# which is an upper bound: members stop as soon as their phase is decided.
+CPU_MODEL_STEPS_PER_CORE_S = 1700.0
+# A GPU gains close to K from packing; this is a conservative figure for small models on one card.
+GPU_MODEL_STEPS_PER_S = 50000.0
+
+NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
+
+
+@dataclass
+class Member:
+    config: TrialConfig
+    point: dict  # the swept values of this configuration, {dotted key: value}
+
+    @property
+    def key(self) -> str:
+        return self.config.key()
+
+
+@dataclass
+class Pack:
+    pack_id: str
+    members: list[Member]
+
+    @property
+    def model_steps(self) -> int:
+        return sum(model_steps(m.config) for m in self.members)
+
+
+@dataclass
+class Plan:
+    spec: Spec
+    packs: list[Pack]
+    swept: list[str] = field(default_factory=list)  # dotted keys that vary, in spec order, then "seed"
+
+    @property
+    def n_configs(self) -> int:
+        return sum(len(p.members) for p in self.packs)
+
+    @property
+    def model_steps(self) -> int:
+        return sum(p.model_steps for p in self.packs)
+
+    def estimate(self, cpus: int | None = None) -> dict:
+        """The --dry-run numbers. Seconds assume every member runs to its budget (an upper bound)."""
+        res = self.spec.resources
+        if res.gpu > 0:
+            parallel = max(1, min(len(self.packs), int(1 // res.gpu)))
+            where = f"{GPU_MODEL_STEPS_PER_S:g} model-steps/s per pack x {parallel} packs per GPU"
+            seconds = self.model_steps / GPU_MODEL_STEPS_PER_S / parallel
+        else:
+            cpus = cpus or os.cpu_count() or 1
+            parallel = max(1, min(len(self.packs), int(cpus // res.cpu)))
+            where = f"{CPU_MODEL_STEPS_PER_CORE_S:g} model-steps/s per core x {parallel} concurrent packs"
+            seconds = self.model_steps / CPU_MODEL_STEPS_PER_CORE_S / parallel
+        return {
+            "configurations": self.n_configs,
+            "packs": len(self.packs),
+            "model_steps": self.model_steps,
+            "estimated_seconds": seconds,
+            "throughput_assumed": where,
+        }
+
+    def param_space(self, context: dict) -> dict:
+        """Tune's param_space: a grid over packs, plus the shared run context (tracking, checkpoint cadence)."""
+        return {"pack": {"grid_search": [pack_to_dict(p, self.swept, self.spec.log_axes) for p in self.packs]},
+                "grokray": dict(context)}
+
+
+def model_steps(config: TrialConfig) -> int:
+    return min(config.train.steps, config.phases.budget)
+
+
+def swept_keys(spec: Spec) -> list[str]:
+    keys = [k for k, v in spec.axes.items() if len(v) > 1]
+    if len(spec.seeds) > 1 and "seed" not in keys:
+        keys.append("seed")
+    return keys
+
+
+def format_value(value, log: bool = False) -> str:
+    """Short readable number: 0.001 -> 1e-3, 0.000316 -> 3.16e-4, 5.0 -> 5."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer() and not log:
+        return str(int(value)) if abs(value) < 1e6 else f"{value:.0e}".replace("e+0", "e").replace("e+", "e")
+    v = float(value)
+    if log or (v != 0 and (abs(v) < 1e-2 or abs(v) >= 1e4)):
+        mantissa, exp = f"{v:.2e}".split("e")
+        mantissa = mantissa.rstrip("0").rstrip(".")
+        return f"{mantissa}e{int(exp)}"
+    return f"{v:.3g}"
+
+
+def short_names(keys: list[str]) -> dict[str, str]:
+    """Dotted key -> short label: last component (aliased), two components where the last ones collide."""
+    def label(k, n):
+        parts = k.split(".")
+        tail = parts[-n:]
+        tail[-1] = NAME_ALIASES.get(tail[-1], tail[-1])
+        return ".".join(tail)
+
+    names = {k: label(k, 1) for k in keys}
+    for n in (2, 3, 99):
+        counts = {}
+        for v in names.values():
+            counts[v] = counts.get(v, 0) + 1
+        clashes = [k for k, v in names.items() if counts[v] > 1]
+        if not clashes:
+            break
+        for k in clashes:
+            names[k] = label(k, n)
+    return names
+
+
+def run_name(point: dict, swept: list[str], log_axes=()) -> str:
+    """`lr=1e-3 wd=5 seed=0`: the swept values of one configuration (seed always shown)."""
+    keys = [k for k in swept if k in point]
+    if "seed" not in keys and "seed" in point:
+        keys.append("seed")
+    names = short_names(keys)
+    return " ".join(f"{names[k]}={format_value(point[k], k in log_axes)}" for k in keys) or "base"
+
+
+def pack_to_dict(pack: Pack, swept: list[str], log_axes=()) -> dict:
+    return {
+        "pack_id": pack.pack_id,
+        "members": [
+            {
+                "config": m.config.to_dict(),
+                "key": m.key,
+                "name": run_name(m.point, swept, log_axes),
+                "point": {k: m.point[k] for k in m.point},
+            }
+            for m in pack.members
+        ],
+    }
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    """Split into ceil(n/size) chunks of near-equal length (25 by 13 -> 13 + 12, never 13 + 12 + 0)."""
+    n = len(items)
+    count = max(1, math.ceil(n / size))
+    base, extra = divmod(n, count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + base + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: str) -> int:
+    """resources.pack_size, or auto: what fits the device, but at least `slots` packs to keep every slot busy."""
+    size = spec.resources.pack_size
+    if size == "auto":
+        frac = min(1.0, spec.resources.gpu) if spec.resources.gpu > 0 else 1.0
+        size = auto_pack_size(config, n, device, gpu_fraction=frac)
+        if device == "cpu":
+            size = min(size, max(1, math.ceil(n / max(1, slots))))
+    cap = max_pack_size(config)
+    return max(1, min(size, cap) if cap else size)
+
+
+def local_slots(spec: Spec, cpus: int | None = None) -> int:
+    """Concurrent trials this machine runs: CPUs / resources.cpu (the default for --dry-run and local Ray)."""
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(1, int(cpus // spec.resources.cpu))
+
+
+def expand(spec: Spec, slots: int | None = None) -> Plan:
+    """Every configuration of the spec (validated), grouped by pack signature, chunked into packs."""
+    slots = slots if slots is not None else local_slots(spec)
+    device = "cuda" if spec.resources.gpu > 0 else "cpu"
+    points = spec.points()
+    members = [Member(spec.trial(p), p) for p in points]
+    groups: dict[str, list[Member]] = {}
+    for m in members:
+        groups.setdefault(pack_signature(m.config), []).append(m)
+    packs = []
+    for group in groups.values():
+        size = pack_size_for(spec, group[0].config, len(group), slots, device)
+        for chunk in _chunks(group, size):
+            packs.append(Pack(f"pack-{len(packs):04d}", chunk))
+    return Plan(spec=spec, packs=packs, swept=swept_keys(spec))
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    """{'optim': {'decoder': {'lr': 1e-3}}} -> {'optim.decoder.lr': 1e-3}; lists stay values."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

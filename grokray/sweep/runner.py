@@ -1,0 +1,257 @@
+"""`grokray run`: start or join Ray, open the MLflow parent run, let Ray Tune schedule the packs, summarise.
+
+Without an address a private local Ray starts (`ray.init(address="local")`; a bare `ray.init()` would try to
+join whatever cluster an earlier `ray start` recorded). With `--address` or `RAY_ADDRESS` it joins that cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from ray import tune
+
+from ..spec import Spec
+from .expand import Plan, expand, local_slots
+from .trainable import train_pack
+
+DEFAULT_STORAGE = "grokray-results"
+
+
+@dataclass
+class SweepOptions:
+    resume: bool = False
+    max_concurrent: int | None = None
+    address: str | None = None
+    tracking_uri: str | None = None
+    storage: str | None = None
+    checkpoint_every: int = 1000  # steps per chunk: each chunk logs to MLflow and may checkpoint + report
+    min_report_s: float = 10.0  # at most one Tune result per pack per this many seconds (plus the last one)
+    progress: bool | None = None  # the live line; None: only when stdout is a terminal
+    num_cpus: int | None = None  # local Ray only
+    max_failures: int = 3
+
+
+@dataclass
+class SweepSummary:
+    name: str
+    experiment_path: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    configurations: int
+    packs: int
+    phase_counts: dict[str, int]
+    errored_trials: int
+    wall_s: float
+    trial_nodes: dict[str, str] = field(default_factory=dict)  # pack id -> node id of its last result
+    trial_metrics: list[dict] = field(default_factory=list)  # last result of every trial
+
+
+# -- progress line -------------------------------------------------------------------------------------------
+def _fmt_s(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+class ProgressLine(tune.Callback):
+    """One live line: configurations done/total, phase counts so far, ETA. Silent unless stdout is a TTY."""
+
+    def __init__(self, total_configs: int, total_work: float, enabled: bool | None = None):
+        self.total_configs = total_configs
+        self.total_work = max(total_work, 1.0)
+        self.enabled = enabled
+        self._reset()
+
+    def _reset(self):
+        self.latest: dict[str, dict] = {}
+        self.start = time.time()
+        self.last_draw = 0.0
+        self.width = 0
+
+    def setup(self, **info):
+        self._reset()
+        if self.enabled is None:
+            self.enabled = sys.stdout.isatty()
+
+    def line(self) -> str:
+        done = sum(r.get("members_done", 0) for r in self.latest.values())
+        phases: dict[str, int] = {}
+        work = 0.0
+        for r in self.latest.values():
+            for p, n in (r.get("phases") or {}).items():
+                phases[p] = phases.get(p, 0) + n
+            work += r.get("step", 0) * r.get("members", 0)
+        frac = min(1.0, work / self.total_work)
+        elapsed = time.time() - self.start
+        eta = f"ETA {_fmt_s(elapsed * (1 - frac) / frac)}" if frac > 0.02 else "ETA ?"
+        counts = " ".join(f"{p} {n}" for p, n in sorted(phases.items())) or "-"
+        return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {_fmt_s(elapsed)} {eta}"
+
+    def _draw(self, force=False):
+        if not self.enabled or (not force and time.time() - self.last_draw < 0.5):
+            return
+        self.last_draw = time.time()
+        text = self.line()
+        sys.stdout.write("\r" + text.ljust(self.width))
+        sys.stdout.flush()
+        self.width = len(text)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.latest[trial.trial_id] = result
+        self._draw()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._draw(force=True)
+
+    def on_experiment_end(self, trials, **info):
+        if self.enabled and self.width:
+            self._draw(force=True)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+
+    def __getstate__(self):  # Tuner pickles its run config; the live state is rebuilt in setup()
+        state = dict(self.__dict__)
+        state["latest"] = {}
+        return state
+
+
+# -- the run -------------------------------------------------------------------------------------------------
+def trial_name(trial) -> str:
+    return trial.config["pack"]["pack_id"]
+
+
+def trial_dirname(trial) -> str:
+    return f"{trial.config['pack']['pack_id']}_{trial.trial_id}"
+
+
+def resolve_storage(storage: str | None) -> str:
+    storage = storage or DEFAULT_STORAGE
+    return storage if "://" in storage else str(Path(storage).resolve())
+
+
+def _start_ray(options: SweepOptions, spec: Spec) -> bool:
+    """Join the given cluster or start a private local one. Returns True if we started (and must stop) it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = options.address or os.environ.get("RAY_ADDRESS")
+    quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
+    if address:
+        ray.init(address=address, **quiet)
+    else:
+        ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
+    return True
+
+
+def _slots(spec: Spec) -> int:
+    import ray
+
+    cpus = int(ray.cluster_resources().get("CPU", 0)) or None
+    return local_slots(spec, cpus)
+
+
+def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
+    """Run (or resume) the sweep of `spec`; the spec is validated in full before Ray or MLflow is touched."""
+    import ray
+
+    from ..tracking import SweepTracker, phase_counts, resolve_tracking_uri
+
+    options = options or SweepOptions()
+    spec.trials()  # every configuration parses, or a SpecError leaves nothing behind
+    t_start = time.time()
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the legacy engine prints nothing
+    started_ray = _start_ray(options, spec)
+    try:
+        plan = expand(spec, slots=_slots(spec))
+        uri = resolve_tracking_uri(options.tracking_uri)
+        tracker = SweepTracker(uri, spec.name)
+        storage = resolve_storage(options.storage)
+        trainable = tune.with_resources(train_pack, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu})
+        total_work = sum(len(p.members) * max(m.config.train.steps for m in p.members) for p in plan.packs)
+
+        restored = None
+        if options.resume:
+            parent = tracker.find_parent(spec.hash())
+            path = parent.data.tags.get("grokray.experiment_path") if parent else None
+            if not path or not tune.Tuner.can_restore(path):
+                from ..errors import SpecError
+
+                raise SpecError("--resume", f"no interrupted sweep of spec {spec.name!r} (hash {spec.hash()}) "
+                                f"found in {uri}; run without --resume")
+            tracker.reopen(parent.info.run_id)
+            restored = tune.Tuner.restore(path, trainable, resume_errored=True)
+            tuner, experiment_path = restored, path
+        else:
+            name = f"{spec.name}_{time.strftime('%Y%m%d-%H%M%S')}"
+            experiment_path = f"{storage.rstrip('/')}/{name}"
+            spec_text = yaml.safe_dump(spec.raw, sort_keys=False)
+            tracker.start_parent(spec, plan, experiment_path, spec_text)
+            ctx = {
+                "tracking_uri": uri,
+                "experiment_id": tracker.experiment_id,
+                "parent_run_id": tracker.parent_run_id,
+                "spec_hash": spec.hash(),
+                "code_version": tracker.client.get_run(tracker.parent_run_id).data.tags["grokray.code_version"],
+                "swept": plan.swept,
+                "log_axes": sorted(spec.log_axes),
+                "checkpoint_every": options.checkpoint_every,
+                "min_report_s": options.min_report_s,
+                "cpu": spec.resources.cpu,
+                "gpu": spec.resources.gpu,
+            }
+            tuner = tune.Tuner(
+                trainable,
+                param_space=plan.param_space(ctx),
+                tune_config=tune.TuneConfig(
+                    max_concurrent_trials=options.max_concurrent,
+                    trial_name_creator=trial_name,
+                    trial_dirname_creator=trial_dirname,
+                ),
+                run_config=tune.RunConfig(
+                    name=name,
+                    storage_path=storage,
+                    failure_config=tune.FailureConfig(max_failures=options.max_failures),
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                    verbose=0,
+                    callbacks=[ProgressLine(plan.n_configs, total_work, options.progress)],
+                ),
+            )
+        results = tuner.fit()
+        errored = sum(1 for r in results if r.error is not None)
+        interrupted = any(not (r.metrics or {}).get("pack_done") for r in results if r.error is None)
+        status = "FAILED" if errored else "KILLED" if interrupted else "FINISHED"
+        tracker.finish(status)
+        counts = phase_counts(tracker.children())
+        last = [dict(r.metrics or {}) for r in results]
+        nodes = {r.metrics["pack_id"] if "pack_id" in (r.metrics or {}) else r.config["pack"]["pack_id"]:
+                 (r.metrics or {}).get("node_id", "") for r in results if r.config}
+        return SweepSummary(
+            name=spec.name,
+            experiment_path=experiment_path,
+            tracking_uri=uri,
+            experiment_id=tracker.experiment_id,
+            parent_run_id=tracker.parent_run_id,
+            configurations=plan.n_configs,
+            packs=len(plan.packs),
+            phase_counts=counts,
+            errored_trials=errored,
+            wall_s=time.time() - t_start,
+            trial_nodes=nodes,
+            trial_metrics=last,
+        )
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+
+def dry_run(spec: Spec) -> Plan:
+    """Expand without Ray (slots = this machine's CPUs / resources.cpu, as a local run would use)."""
+    return expand(spec)

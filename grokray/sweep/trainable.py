@@ -1,0 +1,87 @@
+"""The Ray Tune function trainable: one Tune trial trains one pack.
+
+It rebuilds the pack's configurations from plain dicts, restores the last checkpoint if Tune hands one over
+(a retry after a worker died, or --resume), trains in chunks of `checkpoint_every` steps, logs each chunk's new
+curve points to MLflow, and reports to Tune sparsely (at most one result per `min_report_s` per pack, plus the
+last one): Tune only needs progress and a checkpoint, MLflow carries the curves.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+CHECKPOINT_FILE = "pack.pt"
+
+
+def _phase_counts(trainer, results) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for stopped, result in zip(trainer.stopped_at, results, strict=True):
+        if stopped is not None:
+            counts[result.phase] = counts.get(result.phase, 0) + 1
+    return counts
+
+
+def train_pack(config: dict) -> None:
+    import ray
+    import torch
+    from ray import tune
+
+    from ..engine import load_checkpoint, make_trainer, save_checkpoint
+    from ..spec import parse_trial
+    from ..tracking import PackTracker
+
+    started = time.perf_counter()
+    pack, ctx = config["pack"], config["grokray"]
+    configs = [parse_trial(m["config"]) for m in pack["members"]]
+    torch.set_num_threads(max(1, int(ctx.get("cpu", 1))))
+    device = "cuda" if ctx.get("gpu", 0) > 0 and torch.cuda.is_available() else "cpu"
+    trainer = make_trainer(configs, device=device)
+
+    checkpoint = tune.get_checkpoint()
+    restored_from = 0
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            load_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)  # torch.load(..., weights_only=True)
+        restored_from = trainer.step
+
+    node_id = ray.get_runtime_context().get_node_id()
+    tracker = PackTracker(ctx, pack)
+    tracker.open(node_id)
+    thresholds = [c.phases.threshold for c in configs]
+
+    every = max(1, int(ctx.get("checkpoint_every", 1000)))
+    min_report_s = float(ctx.get("min_report_s", 10.0))
+    last_report = -float("inf")
+    train_s = 0.0
+    while True:
+        t0 = time.perf_counter()
+        done = trainer.run(until=trainer.step + every)
+        train_s += time.perf_counter() - t0
+        results = trainer.results()
+        tracker.log_curves(results)
+        if done:
+            tracker.finish(results, thresholds)
+        if not done and time.perf_counter() - last_report < min_report_s:
+            continue
+        last_report = time.perf_counter()
+        metrics = {
+            "step": trainer.step,
+            "total": trainer.total,
+            "members": trainer.K,
+            "members_done": sum(s is not None for s in trainer.stopped_at),
+            "phases": _phase_counts(trainer, results),
+            "node_id": node_id,
+            "restored_from": restored_from,
+            "train_s": train_s,
+            "mlflow_s": tracker.seconds,
+            "mlflow_calls": tracker.calls,
+            "trial_s": time.perf_counter() - started,
+            "pack_done": done,
+        }
+        with tempfile.TemporaryDirectory() as d:
+            save_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        if done:
+            return

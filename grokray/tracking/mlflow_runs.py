@@ -1,0 +1,323 @@
+"""MLflow layout: one experiment per spec, one parent run per `grokray run`, one child run per configuration.
+
+Everything goes through `MlflowClient` (no global active run, so workers of many packs never share state).
+Metrics are sent with `log_batch` in chunks of at most 1000; a retried or resumed pack finds each member's
+child run by its trial key and logs only curve points beyond the last step already stored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+MAX_METRICS = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
+MAX_PARAMS_TAGS = 100  # mlflow.utils.validation.MAX_PARAMS_TAGS_PER_BATCH
+MAX_VALUE_LEN = 6000
+SECRET = re.compile(r"token|password|passwd|secret|credential|key", re.IGNORECASE)
+OURS = frozenset({"grokray.trial_key"})
+PHASE_TAG = "grokray.phase"
+ROLE_TAG = "grokray.role"
+
+
+def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) -> str:
+    """--tracking-uri, else MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; relative file paths made absolute
+    (Ray Tune runs each trial in its own directory, so a relative path would scatter databases)."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    base = Path(cwd or os.getcwd())
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rel = uri[len("sqlite:///"):]
+        if rel and rel != ":memory:":
+            return "sqlite:///" + str((base / rel).resolve())
+    if "://" not in uri:
+        return str((base / uri).resolve())
+    return uri
+
+
+def ui_hint(uri: str) -> str:
+    if uri.startswith("sqlite:"):
+        return f"mlflow ui --backend-store-uri {uri}   (serves http://127.0.0.1:5000)"
+    if uri.startswith("http"):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri}"
+
+
+def is_secret(name: str) -> bool:
+    return name not in OURS and bool(SECRET.search(name))
+
+
+def clean(items: dict) -> dict[str, str]:
+    """String values for params/tags, without anything whose name looks like a credential."""
+    out = {}
+    for k, v in items.items():
+        if is_secret(k):
+            continue
+        text = v if isinstance(v, str) else json.dumps(v) if isinstance(v, list | dict) else str(v)
+        out[k] = text[:MAX_VALUE_LEN]
+    return out
+
+
+def code_version() -> str:
+    """`git describe` of the checkout grokray runs from, else the installed package version."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--tags"],
+            cwd=root, capture_output=True, text=True, timeout=5, check=True,
+        )
+        if out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        from importlib.metadata import version
+
+        return version("grokray")
+    except Exception:  # noqa: BLE001 - any metadata problem means "unknown"
+        return "unknown"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _retry(fn, *args, attempts: int = 6, **kwargs):
+    """SQLite allows one writer at a time; packs logging at once may see 'database is locked' briefly."""
+    for i in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            if i == attempts - 1 or "locked" not in str(exc).lower():
+                raise
+            time.sleep(0.2 * 2**i)
+    return None
+
+
+def log_metrics(client: MlflowClient, run_id: str, metrics: list[Metric], tags: dict | None = None) -> int:
+    """Send metrics in chunks of <= 1000 per call; tags ride in the last chunk. Returns the number of calls."""
+    tag_list = [RunTag(k, v) for k, v in clean(tags or {}).items()]
+    chunks = [metrics[i : i + MAX_METRICS] for i in range(0, len(metrics), MAX_METRICS)] or [[]]
+    calls = 0
+    for i, chunk in enumerate(chunks):
+        last = i == len(chunks) - 1
+        if not chunk and not (last and tag_list):
+            continue
+        _retry(client.log_batch, run_id, metrics=chunk, tags=tag_list if last else [])
+        calls += 1
+    return calls
+
+
+def get_or_create_experiment(client: MlflowClient, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # noqa: BLE001 - created concurrently by another driver
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list:
+    runs, token = [], None
+    while True:
+        page = _retry(client.search_runs, [experiment_id], filter_string=filter_string, max_results=1000,
+                      page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list:
+    return search_all(client, experiment_id, f"tags.mlflow.parentRunId = '{parent_run_id}'")
+
+
+def phase_counts(runs) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in runs:
+        phase = r.data.tags.get(PHASE_TAG)
+        if phase:
+            counts[phase] = counts.get(phase, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+# -- driver side ---------------------------------------------------------------------------------------------
+class SweepTracker:
+    """The parent run of one `grokray run` (reused by --resume)."""
+
+    def __init__(self, uri: str, experiment_name: str):
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        self.experiment_id = get_or_create_experiment(self.client, experiment_name)
+        self.parent_run_id: str | None = None
+
+    def start_parent(self, spec, plan, experiment_path: str, spec_text: str) -> str:
+        tags = {
+            ROLE_TAG: "parent",
+            "grokray.spec_hash": spec.hash(),
+            "grokray.code_version": code_version(),
+            "grokray.configurations": plan.n_configs,
+            "grokray.packs": len(plan.packs),
+            "grokray.experiment_path": experiment_path,
+            "grokray.swept": plan.swept,
+            "grokray.log_axes": sorted(spec.log_axes),
+        }
+        run = self.client.create_run(self.experiment_id, run_name=f"{spec.name} sweep", tags=clean(tags))
+        self.parent_run_id = run.info.run_id
+        self.client.log_text(self.parent_run_id, spec_text, "spec.resolved.yaml")
+        return self.parent_run_id
+
+    def find_parent(self, spec_hash: str):
+        """Latest parent run of this spec (for --resume)."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{ROLE_TAG}` = 'parent' and tags.`grokray.spec_hash` = '{spec_hash}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        return runs[0] if runs else None
+
+    def reopen(self, run_id: str):
+        self.parent_run_id = run_id
+        self.client.update_run(run_id, status="RUNNING")
+
+    def children(self) -> list:
+        return child_runs(self.client, self.experiment_id, self.parent_run_id)
+
+    def finish(self, status: str = "FINISHED") -> dict[str, int]:
+        """Phase counts from the children's tags -> parent tags and metrics; end the parent run."""
+        counts = phase_counts(self.children())
+        metrics = [Metric(f"phase_count/{p}", float(n), _now_ms(), 0) for p, n in counts.items()]
+        tags = {f"grokray.phase_count.{p}": n for p, n in counts.items()}
+        log_metrics(self.client, self.parent_run_id, metrics, tags)
+        self.client.set_terminated(self.parent_run_id, status)
+        return counts
+
+
+# -- worker side ---------------------------------------------------------------------------------------------
+class MemberRun:
+    """One configuration's child run: created once, found again by trial key, curve logged incrementally."""
+
+    def __init__(self, run_id: str, last_step: dict[str, int]):
+        self.run_id = run_id
+        self.last_step = last_step  # metric key -> last step stored
+
+
+class PackTracker:
+    """Child runs of the members of one pack, opened by the worker that trains it."""
+
+    def __init__(self, ctx: dict, pack: dict):
+        self.ctx = ctx
+        self.pack = pack
+        self.client = MlflowClient(tracking_uri=ctx["tracking_uri"])
+        self.runs: list[MemberRun] = []
+        self.calls = 0  # MLflow requests made (the benchmark reports them)
+        self.seconds = 0.0  # time spent in MLflow from this worker
+
+    def _timed(self, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def open(self, node_id: str = "") -> None:
+        self._timed(self._open, node_id)
+
+    def _open(self, node_id: str) -> None:
+        ctx, parent = self.ctx, self.ctx["parent_run_id"]
+        existing = search_all(
+            self.client, ctx["experiment_id"],
+            f"tags.mlflow.parentRunId = '{parent}' and tags.`grokray.pack_id` = '{self.pack['pack_id']}'",
+        )
+        self.calls += 1
+        by_key = {r.data.tags.get("grokray.trial_key"): r for r in existing}
+        for member in self.pack["members"]:
+            found = by_key.get(member["key"])
+            if found is None:
+                self.runs.append(self._create(member, node_id))
+                continue
+            last = {}
+            for key in found.data.metrics:  # only at a retry or resume
+                history = _retry(self.client.get_metric_history, found.info.run_id, key)
+                self.calls += 1
+                last[key] = max((m.step for m in history), default=-1)
+            if found.info.status != "RUNNING" and PHASE_TAG not in found.data.tags:
+                _retry(self.client.update_run, found.info.run_id, status="RUNNING")
+                self.calls += 1
+            if node_id:
+                _retry(self.client.set_tag, found.info.run_id, "grokray.node", node_id)
+                self.calls += 1
+            self.runs.append(MemberRun(found.info.run_id, last))
+
+    def _create(self, member: dict, node_id: str) -> MemberRun:
+        from ..sweep.expand import flatten
+
+        cfg = member["config"]
+        ctx = self.ctx
+        tags = {
+            "mlflow.parentRunId": ctx["parent_run_id"],
+            ROLE_TAG: "configuration",
+            "grokray.model": cfg["model"]["name"],
+            "grokray.task": cfg["task"]["name"],
+            "grokray.trial_key": member["key"],
+            "grokray.pack_id": self.pack["pack_id"],
+            "grokray.spec_hash": ctx["spec_hash"],
+            "grokray.code_version": ctx["code_version"],
+            "grokray.swept": ctx["swept"],
+            "grokray.log_axes": ctx["log_axes"],
+            "grokray.node": node_id,
+        }
+        run = _retry(self.client.create_run, ctx["experiment_id"], run_name=member["name"], tags=clean(tags))
+        params = [Param(k, v) for k, v in clean(flatten(cfg)).items()]
+        for i in range(0, len(params), MAX_PARAMS_TAGS):
+            _retry(self.client.log_batch, run.info.run_id, params=params[i : i + MAX_PARAMS_TAGS])
+            self.calls += 1
+        self.calls += 1
+        return MemberRun(run.info.run_id, {})
+
+    def log_curves(self, results) -> None:
+        """Curve points past the last stored step of each series, one log_batch per <= 1000 points."""
+        self._timed(self._log_curves, results)
+
+    def _log_curves(self, results) -> None:
+        now = _now_ms()
+        for run, result in zip(self.runs, results, strict=True):
+            metrics = []
+            steps = result.curve.get("step", [])
+            for key, values in result.curve.items():
+                if key == "step":
+                    continue
+                last = run.last_step.get(key, -1)
+                for step, value in zip(steps, values, strict=True):
+                    if step > last and value is not None and math.isfinite(value):
+                        metrics.append(Metric(key, float(value), now, int(step)))
+                        run.last_step[key] = step
+            if metrics:
+                self.calls += log_metrics(self.client, run.run_id, metrics)
+
+    def finish(self, results, thresholds: list[float]) -> None:
+        self._timed(self._finish, results, thresholds)
+
+    def _finish(self, results, thresholds) -> None:
+        now = _now_ms()
+        for run, result, thr in zip(self.runs, results, thresholds, strict=True):
+            summary = result.summary(thr)
+            metrics = [Metric(k, float(v), now, int(result.steps_run)) for k, v in summary.items()
+                       if v is not None and math.isfinite(float(v))]
+            self.calls += log_metrics(self.client, run.run_id, metrics, {PHASE_TAG: result.phase})
+            _retry(self.client.set_terminated, run.run_id, "FINISHED")
+            self.calls += 1

@@ -196,6 +196,7 @@ class TrainConfig:
     eval_every: int | Literal["auto"] = "auto"
     curve_points_per_decade: int = bounded(20, ge=1)
     dtype: Literal["float32", "float64"] = "float32"
+    compile: bool = False  # torch.compile the optimizer update into one fused kernel (first call compiles, ~20 s)
 
     def validate(self, path):
         if isinstance(self.batch_size, int) and self.batch_size < 1:

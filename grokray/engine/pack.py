@@ -136,11 +136,13 @@ class PackTrainer:
         for gi, g in enumerate(self.family.groups):
             if g in self.model.flat:
                 self.optimizers[g] = GroupOptimizer(
-                    [self.model.flat[g]],
-                    [self.model.flat_grad[g]],
+                    self.model.flat[g],
+                    self.model.flat_grad[g],
                     [c.optim[g] for c in configs],
                     [c.seed for c in configs],
                     salt=gi + 1,
+                    pad_mask=self.model.pad_masks.get(g),
+                    compile=train.compile,
                 )
         self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
         # Device-side state, read by the host only at checks.
@@ -235,9 +237,8 @@ class PackTrainer:
         self.model.zero_grad_flat()
         train_loss.sum().backward()
         member = (self.active & ~self.diverged).view(-1, 1)
-        for g, opt in self.optimizers.items():
-            pad = self.model.pad_masks.get(g)
-            opt.step(t, [member if pad is None else pad & member])
+        for opt in self.optimizers.values():
+            opt.step(t, member)
         self.step = t + 1
 
     def final_eval(self):

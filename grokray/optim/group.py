@@ -28,82 +28,99 @@ class MemberRandom:
             g.set_state(s)
 
 
+# One update per kind: (param, grad, scratch, lr [K,1] with freezing folded in, hypers, state, step, noise).
+def _adamw(p, g, s, lr, h, st, step, noise):
+    P.adam_moments_(g, st["exp_avg"], st["exp_avg_sq"], h["beta1"], h["beta2"], s)
+    P.decoupled_decay_(p, lr, h["weight_decay"])
+    p.sub_(P.adam_direction_(st["exp_avg"], st["exp_avg_sq"], step, h["beta1"], h["beta2"], h["eps"], s).mul_(lr))
+
+
+def _adam(p, g, s, lr, h, st, step, noise):
+    g = P.add_l2_(g, p, h["weight_decay"], s)
+    P.adam_moments_(g, st["exp_avg"], st["exp_avg_sq"], h["beta1"], h["beta2"], g)
+    p.sub_(P.adam_direction_(st["exp_avg"], st["exp_avg_sq"], step, h["beta1"], h["beta2"], h["eps"], s).mul_(lr))
+
+
+def _sgd(p, g, s, lr, h, st, step, noise):
+    d = P.momentum_(P.add_l2_(g, p, h["weight_decay"], s), st["momentum"], h["momentum"])
+    p.sub_(torch.mul(d, lr, out=s))
+
+
+def _normalized_gd(p, g, s, lr, h, st, step, noise):
+    p.sub_(P.normalize_(P.add_l2_(g, p, h["weight_decay"], s), s).mul_(lr))
+
+
+def _langevin(p, g, s, lr, h, st, step, noise):
+    p.sub_(P.add_l2_(g, p, h["weight_decay"], s).mul_(lr))
+    P.langevin_kick_(p, lr, h["temperature"], noise)
+
+
+UPDATES = {"adamw": _adamw, "adam": _adam, "sgd": _sgd, "normalized_gd": _normalized_gd, "langevin": _langevin}
+
+
 class GroupOptimizer:
-    """AdamW, Adam, SGD(+momentum), normalized GD or Langevin for a list of stacked [K, ...] tensors."""
+    """AdamW, Adam, SGD(+momentum), normalized GD or Langevin on one flat [K, P] parameter group.
+
+    Freezing is folded into the per-member learning rate (lr = 0 for a stopped member), so no step ever
+    touches a finished member and no masked copy of the parameters is made. Padded entries of narrower
+    members have zero gradient and zero weight, so every update leaves them at zero, except the Langevin
+    noise, which is multiplied by the padding mask.
+    """
 
     HYPER = ("lr", "weight_decay", "eps", "momentum", "warmup_steps", "temperature")
 
-    def __init__(
-        self,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        configs: list[OptimConfig],
-        seeds: list[int],
-        salt: int,
-    ):
+    def __init__(self, param: torch.Tensor, grad: torch.Tensor, configs: list[OptimConfig], seeds: list[int],
+                 salt: int, pad_mask: torch.Tensor | None = None, compile: bool = False):
         kinds = {c.name for c in configs}
         if len(kinds) != 1:
             raise ValueError(f"a pack shares one optimizer kind per group, got {sorted(kinds)}")
         self.kind = kinds.pop()
-        self.params, self.grads = params, grads
-        ref = params[0]
-        as_tensor = lambda values: torch.tensor(values, dtype=ref.dtype, device=ref.device)  # noqa: E731
-        self.h = {name: as_tensor([getattr(c, name) for c in configs]) for name in self.HYPER}
-        self.h["beta1"] = as_tensor([c.betas[0] for c in configs])
-        self.h["beta2"] = as_tensor([c.betas[1] for c in configs])
+        self.param, self.grad = param, grad
+
+        def column(values):
+            return torch.tensor(values, dtype=param.dtype, device=param.device).view(-1, 1)
+
+        self.h = {name: column([getattr(c, name) for c in configs]) for name in self.HYPER}
+        self.h["beta1"] = column([c.betas[0] for c in configs])
+        self.h["beta2"] = column([c.betas[1] for c in configs])
+        self.has_warmup = any(c.warmup_steps > 0 for c in configs)
+        self.scratch = torch.empty_like(param)
+        adam = self.kind in ("adam", "adamw")
         self.state = {
-            "exp_avg": [torch.zeros_like(p) for p in params] if self.kind in ("adam", "adamw") else [],
-            "exp_avg_sq": [torch.zeros_like(p) for p in params] if self.kind in ("adam", "adamw") else [],
-            "momentum": [torch.zeros_like(p) for p in params] if self.kind == "sgd" else [],
+            "exp_avg": torch.zeros_like(param) if adam else None,
+            "exp_avg_sq": torch.zeros_like(param) if adam else None,
+            "momentum": torch.zeros_like(param) if self.kind == "sgd" else None,
         }
-        self.noise = MemberRandom(seeds, ref.device, salt) if self.kind == "langevin" else None
+        self.noise = MemberRandom(seeds, param.device, salt) if self.kind == "langevin" else None
+        self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
+        self._update = UPDATES[self.kind]
+        if compile:  # one fused kernel instead of ~10 memory-bound passes (compiles once per pack shape)
+            self._update = torch.compile(self._update, dynamic=False, fullgraph=True)
 
     @torch.no_grad()
-    def step(self, step: int, masks: list[torch.Tensor]):
-        """Apply update number `step` (0-based). `masks[i]` is 1 where param i may move, 0 where frozen."""
+    def step(self, step: int, active: torch.Tensor):
+        """Apply update number `step` (0-based); `active` [K, 1] bool says which members may move."""
         h = self.h
-        lr = h["lr"] * P.warmup_factor(step, h["warmup_steps"])
-        grads = self.grads
-        if self.kind == "adamw":
-            deltas = [
-                P.decoupled_decay(p, lr, h["weight_decay"])
-                - P.per_member(lr, p) * P.adam_direction(g, m, v, step + 1, h["beta1"], h["beta2"], h["eps"])
-                for p, g, m, v in zip(self.params, grads, self.state["exp_avg"], self.state["exp_avg_sq"], strict=True)
-            ]
-        else:
-            grads = [P.l2_gradient(g, p, h["weight_decay"]) for p, g in zip(self.params, grads, strict=True)]
-            if self.kind == "adam":
-                dirs = [
-                    P.adam_direction(g, m, v, step + 1, h["beta1"], h["beta2"], h["eps"])
-                    for g, m, v in zip(grads, self.state["exp_avg"], self.state["exp_avg_sq"], strict=True)
-                ]
-            elif self.kind == "sgd":
-                dirs = [
-                    P.momentum_direction(g, b, h["momentum"])
-                    for g, b in zip(grads, self.state["momentum"], strict=True)
-                ]
-            elif self.kind == "normalized_gd":
-                dirs = P.normalize_by_global_norm(grads)
-            else:  # langevin: plain gradient step plus thermal noise
-                dirs = grads
-            deltas = [-P.per_member(lr, d) * d for d in dirs]
-            if self.kind == "langevin":
-                deltas = [
-                    d + P.langevin_noise(p, lr, h["temperature"], self.noise.normal(p.shape[1:], p.dtype, p.device))
-                    for d, p in zip(deltas, self.params, strict=True)
-                ]
-        for p, d, m in zip(self.params, deltas, masks, strict=True):
-            p.add_(torch.where(m, d, torch.zeros((), dtype=d.dtype, device=d.device)))
+        lr = h["lr"] * active
+        if self.has_warmup:
+            lr = lr * P.warmup_factor(step, h["warmup_steps"])
+        noise = None
+        if self.kind == "langevin":
+            noise = self.noise.normal(self.param.shape[1:], self.param.dtype, self.param.device)
+            noise = noise if self.pad is None else noise.mul_(self.pad)
+        # The 1-based step as a tensor, so a compiled update is not specialised on (recompiled for) each step.
+        n = torch.tensor(float(step + 1), dtype=self.param.dtype, device=self.param.device)
+        self._update(self.param, self.grad, self.scratch, lr, h, self.state, n, noise)
 
     def state_dict(self) -> dict:
-        out = {k: [t.clone() for t in v] for k, v in self.state.items()}
+        out = {k: v.clone() for k, v in self.state.items() if v is not None}
         if self.noise is not None:
             out["noise"] = self.noise.state_dict()
         return out
 
     def load_state_dict(self, state: dict):
-        for key in self.state:
-            for dst, src in zip(self.state[key], state[key], strict=True):
-                dst.copy_(src)
+        for key, value in self.state.items():
+            if value is not None:
+                value.copy_(state[key])
         if self.noise is not None:
             self.noise.load_state_dict(state["noise"])

@@ -1,9 +1,10 @@
-"""Optimizer building blocks on stacked tensors.
+"""Optimizer building blocks on flat, stacked tensors.
 
-Every hyperparameter is a [K] tensor (one value per pack member) and every parameter is [K, ...]. A single
-configuration is simply K = 1, so the packed and unpacked optimizers are the same code and cannot drift apart.
-Each primitive returns a *delta*; `GroupOptimizer` adds it under the member mask, which is how finished or
-diverged members stop moving without touching anyone else.
+Every parameter group is one [K, P] tensor (models/base.py) and every hyperparameter one [K, 1] column, so a
+single configuration is simply K = 1: the packed and unpacked optimizers are the same code and cannot drift
+apart. All primitives work in place or into a caller-owned scratch buffer. On a CPU the update of a small model
+is memory-bound, and fresh temporaries of the parameter size (allocated, page-faulted, freed every step) cost
+more than the arithmetic.
 """
 
 from __future__ import annotations
@@ -11,49 +12,43 @@ from __future__ import annotations
 import torch
 
 
-def per_member(h: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """View a [K] hyperparameter so it broadcasts against a [K, ...] parameter."""
-    return h.view(-1, *([1] * (like.dim() - 1)))
-
-
 def warmup_factor(step: int, warmup_steps: torch.Tensor) -> torch.Tensor:
     """Linear warmup: (step + 1) / warmup for the first `warmup` steps, then 1."""
     return torch.clamp((step + 1) / warmup_steps.clamp(min=1), max=1.0)
 
 
-def l2_gradient(grad, param, weight_decay):
-    """Coupled L2 (SGD, Adam, GD, Langevin): the decay enters the gradient."""
-    return grad + per_member(weight_decay, param) * param
+def add_l2_(grad: torch.Tensor, param: torch.Tensor, weight_decay: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Coupled L2 (SGD, Adam, GD, Langevin): out = grad + wd * param."""
+    return torch.mul(param, weight_decay, out=out).add_(grad)
 
 
-def decoupled_decay(param, lr, weight_decay):
+def decoupled_decay_(param: torch.Tensor, lr: torch.Tensor, weight_decay: torch.Tensor) -> None:
     """AdamW's decay: shrink the weights directly, independent of the adaptive scaling."""
-    return -per_member(lr * weight_decay, param) * param
+    param.mul_(1 - lr * weight_decay)
 
 
-def adam_direction(grad, exp_avg, exp_avg_sq, step: int, beta1, beta2, eps):
-    """Update the moments in place and return the bias-corrected Adam direction."""
-    b1, b2 = per_member(beta1, grad), per_member(beta2, grad)
-    exp_avg.mul_(b1).add_((1 - b1) * grad)
-    exp_avg_sq.mul_(b2).add_((1 - b2) * grad * grad)
-    corr1 = 1 - b1**step
-    corr2 = 1 - b2**step
-    return (exp_avg / corr1) / ((exp_avg_sq / corr2).sqrt() + per_member(eps, grad))
+def adam_moments_(grad, exp_avg, exp_avg_sq, beta1, beta2, scratch) -> None:
+    """m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2  (as lerps: no temporaries)."""
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.lerp_(torch.mul(grad, grad, out=scratch), 1 - beta2)
 
 
-def momentum_direction(grad, buffer, momentum):
+def adam_direction_(exp_avg, exp_avg_sq, step, beta1, beta2, eps, out) -> torch.Tensor:
+    """Bias-corrected m_hat / (sqrt(v_hat) + eps), written into `out`."""
+    torch.div(exp_avg_sq, 1 - beta2**step, out=out).sqrt_().add_(eps)
+    return torch.div(exp_avg, out, out=out).div_(1 - beta1**step)
+
+
+def momentum_(grad, buffer, momentum) -> torch.Tensor:
     """Heavy-ball momentum (buffer updated in place); momentum 0 is plain gradient descent."""
-    buffer.mul_(per_member(momentum, grad)).add_(grad)
-    return buffer
+    return buffer.mul_(momentum).add_(grad)
 
 
-def normalize_by_global_norm(grads: list[torch.Tensor], eps: float = 1e-12) -> list[torch.Tensor]:
-    """Normalized GD ("Why do you grok", appendix A): scale each member's step by 1/||grad||."""
-    sq = sum(g.flatten(1).pow(2).sum(1) for g in grads)
-    inv = 1.0 / (sq.sqrt() + eps)
-    return [g * per_member(inv, g) for g in grads]
+def normalize_(grad, out, eps: float = 1e-12) -> torch.Tensor:
+    """Normalized GD ("Why do you grok", appendix A): each member's step scaled by 1/||grad||."""
+    return torch.div(grad, grad.norm(dim=1, keepdim=True).add_(eps), out=out)
 
 
-def langevin_noise(param, lr, temperature, noise):
-    """sqrt(2 * lr * T) * xi: the Langevin step's thermal kick; `noise` is standard normal like param."""
-    return per_member((2 * lr * temperature).sqrt(), param) * noise
+def langevin_kick_(param, lr, temperature, noise) -> None:
+    """param += sqrt(2 lr T) * xi: the Langevin step's thermal noise (`noise` is standard normal)."""
+    param.add_(noise.mul_((2 * lr * temperature).sqrt()))

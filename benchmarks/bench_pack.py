@@ -1,0 +1,155 @@
+"""Packed versus unpacked training throughput, measured side by side in one run on this machine.
+
+For each model and K in {1, 8, 32, 128} it trains K copies of one configuration as a pack and reports
+model-steps/s, the gain over the unpacked engine (K = 1), achieved matmul GFLOP/s and that as a fraction of the
+sgemm peak measured at the start of the same run. A plain PyTorch loop (nn.Module + torch.optim.AdamW, what a
+user would write) is measured too, as the outside reference. Warm-up steps are excluded. One thread.
+
+    .venv/bin/python benchmarks/bench_pack.py [--quick] [--compile] [--models toy32,toy200,quadratic,transformer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import torch
+
+from grokray.engine import PackTrainer
+from grokray.models import MODELS
+from grokray.spec import build_spec
+
+TOY = {
+    "task": {"name": "addition", "p": 10, "train_size": 45},
+    "model": {"name": "toy", "embed_dim": 1, "hidden": [200, 200], "head": "classification"},
+    "optim": {"default": {"name": "adamw", "lr": 1e-3}},
+    "phases": {"stop_when_classified": False},
+}
+MODELS_TO_BENCH = {
+    # name: (raw spec, overrides) -- the overhead-bound and the compute-bound regimes of issue 4
+    "toy32": (TOY, ["model.hidden=[32, 32]"]),
+    "toy200": (TOY, []),
+    "quadratic": (
+        {"task": {"name": "modular", "op": "add", "p": 23, "train_fraction": 0.5},
+         "model": {"name": "quadratic", "width": 64}, "optim": {"default": {"name": "adamw", "lr": 1e-3}},
+         "phases": {"stop_when_classified": False}},
+        [],
+    ),
+    "transformer": (
+        {"task": {"name": "modular", "op": "add", "p": 23, "train_fraction": 0.5},
+         "model": {"name": "transformer", "d_model": 32, "n_heads": 4, "d_mlp": 128},
+         "optim": {"default": {"name": "adamw", "lr": 1e-3, "weight_decay": 1.0}},
+         "phases": {"stop_when_classified": False}},
+        [],
+    ),
+}
+
+
+def sgemm_peak() -> float:
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    best = min(_timed(lambda: a @ b, 5) for _ in range(3))
+    return 2 * 1024**3 / best / 1e9
+
+
+def _timed(fn, n):
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t) / n
+
+
+def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
+    """Forward + backward (3x forward) matmul FLOPs of one member over the points its forward covers."""
+    m = trainer.model
+    n = len(trainer.y) if trainer.joint else trainer.batch_size
+    if m.__class__.__name__ == "TransformerModel":
+        c = m.cfg
+        seq = 4 if c.op_token else 3
+        per_token = 2 * (4 * c.d_model * c.d_model + 2 * c.d_model * c.d_mlp) * c.n_layers + 4 * seq * c.d_model
+        fwd = n * (seq * per_token + 2 * c.d_model * m.head.out_dim)
+    else:  # MLP-shaped families: every 2-D weight is one matmul per sample
+        fwd = 2 * n * sum(p[0].numel() for name, p in m.named_stacked() if p.dim() == 3 and name != "embed")
+    return 3.0 * fwd
+
+
+def pack_rate(raw, overrides, k: int, seconds: float, compile_opt: bool) -> tuple[float, PackTrainer]:
+    over = [*overrides, "train.steps=1000000", "phases.budget=1000000"] + (["train.compile=true"] if compile_opt else [])
+    cfg = build_spec(raw, over).first_trial()
+    trainer = PackTrainer([cfg] * k)
+    trainer.run(until=20)  # warm-up (and compilation) excluded
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        trainer.run(until=trainer.step + 20)
+        steps += 20
+    return k * steps / (time.perf_counter() - start), trainer
+
+
+def plain_torch_rate(raw, overrides, seconds: float) -> float | None:
+    """The loop a user writes for the toy model: nn.Module, torch.optim.AdamW, full batch."""
+    cfg = build_spec(raw, overrides).first_trial()
+    if cfg.model.registry_name != "toy":
+        return None
+    data = cfg.task.data()
+    train, _ = cfg.task.split(data, 0)
+    sizes = [cfg.model.embed_dim, *cfg.model.hidden, data.num_classes]
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        layers += [torch.nn.Linear(a, b)] + ([torch.nn.Tanh()] if i < len(sizes) - 2 else [])
+    emb, dec = torch.nn.Embedding(data.vocab_size, cfg.model.embed_dim), torch.nn.Sequential(*layers)
+    opt = torch.optim.AdamW([*emb.parameters(), *dec.parameters()], lr=1e-3)
+    x, y = data.x[train], data.y[train]
+
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(dec(emb(x[:, 0]) + emb(x[:, 1])), y)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():  # the evaluation a phase classification needs, every step
+            dec(emb(data.x[:, 0]) + emb(data.x[:, 1])).argmax(-1)
+
+    for _ in range(20):
+        step()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        steps += 1
+    return steps / (time.perf_counter() - start)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="0.5 s per point instead of 3 s")
+    parser.add_argument("--compile", action="store_true", help="also measure train.compile=true (fused optimizer)")
+    parser.add_argument("--models", default=",".join(MODELS_TO_BENCH))
+    parser.add_argument("--ks", default="1,8,32,128")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    seconds = 0.5 if args.quick else 3.0
+    peak = sgemm_peak()
+    print(f"# {time.strftime('%Y-%m-%d')} {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+          f"1 thread; sgemm peak (1024^3, same run): {peak:.1f} GFLOP/s")
+    print("| model | optimizer | K | model-steps/s | x unpacked (K=1) | matmul GFLOP/s | % of sgemm peak |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        raw, overrides = MODELS_TO_BENCH[name]
+        if raw["model"]["name"] not in MODELS:
+            print(f"| {name} | (model family not registered) | | | | | |")
+            continue
+        plain = plain_torch_rate(raw, overrides, seconds)
+        if plain:
+            print(f"| {name} | plain torch loop (reference) | 1 | {plain:,.0f} | | | |")
+        for compile_opt in [False, True] if args.compile else [False]:
+            base = None
+            for k in (int(v) for v in args.ks.split(",")):
+                rate, trainer = pack_rate(raw, overrides, k, seconds, compile_opt)
+                base = base or rate
+                gflops = rate * matmul_flops_per_model_step(trainer) / 1e9
+                label = "fused (compiled)" if compile_opt else "eager"
+                print(f"| {name} | {label} | {k} | {rate:,.0f} | {rate / base:.1f} | {gflops:.1f} | "
+                      f"{100 * gflops / peak:.0f}% |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -75,7 +75,8 @@ def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
 
 
 def pack_rate(raw, overrides, k: int, seconds: float, compile_opt: bool) -> tuple[float, PackTrainer]:
-    over = [*overrides, "train.steps=1000000", "phases.budget=1000000"] + (["train.compile=true"] if compile_opt else [])
+    over = [*overrides, "train.steps=1000000", "phases.budget=1000000"]
+    over += ["train.compile=true"] if compile_opt else []
     cfg = build_spec(raw, over).first_trial()
     trainer = PackTrainer([cfg] * k)
     trainer.run(until=20)  # warm-up (and compilation) excluded

@@ -91,7 +91,8 @@ class PackedModel(torch.nn.Module):
 
     def weight_norm(self) -> torch.Tensor:
         """Per-member L2 norm of all parameters, [K] (Omnigrok's diagnostic)."""
-        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(f, dim=1) for f in self.flat.values()]), dim=0)
+        norms = torch.stack([torch.linalg.vector_norm(f, dim=1) for f in self.flat.values()])
+        return torch.linalg.vector_norm(norms, dim=0)
 
     @property
     def size(self) -> int:

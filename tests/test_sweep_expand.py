@@ -1,0 +1,104 @@
+"""Spec -> packs -> param_space, dry-run and early rejection: no Ray started anywhere in this file."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grokray.cli import main
+from grokray.engine import pack_signature
+from grokray.spec import load_spec
+from grokray.sweep.expand import _chunks, expand, flatten, format_value, run_name, short_names
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
+
+
+def test_smoke_plan_covers_every_configuration_once():
+    spec = load_spec(QUICKSTART, scale="smoke")
+    plan = expand(spec, slots=2)
+    keys = [m.key for p in plan.packs for m in p.members]
+    assert len(keys) == len(set(keys)) == len(spec.points()) == plan.n_configs
+    assert len(plan.packs) >= 2  # auto packing keeps both local slots busy
+    for pack in plan.packs:
+        assert len({pack_signature(m.config) for m in pack.members}) == 1
+    assert plan.model_steps == sum(min(t.train.steps, t.phases.budget) for t in spec.trials())
+    assert plan.swept == ["optim.decoder.lr", "optim.decoder.weight_decay"]
+
+
+def test_explicit_pack_size_and_param_space_round_trip():
+    from grokray.spec import parse_trial
+
+    spec = load_spec(QUICKSTART, ["resources.pack_size=3"], scale="smoke")
+    plan = expand(spec, slots=2)
+    assert [len(p.members) for p in plan.packs] == [3, 3, 2, 2]
+    space = plan.param_space({"parent_run_id": "x"})
+    grid = space["pack"]["grid_search"]
+    assert [g["pack_id"] for g in grid] == [p.pack_id for p in plan.packs]
+    member = grid[0]["members"][0]
+    assert parse_trial(member["config"]).key() == member["key"] == plan.packs[0].members[0].key
+    assert member["name"] == "lr=1e-4 wd=0 seed=0"
+    yaml.safe_dump(space)  # plain data only: Tune stores it, workers rebuild configs from it
+
+
+def test_chunks_are_balanced():
+    assert [len(c) for c in _chunks(list(range(25)), 13)] == [13, 12]
+    assert [len(c) for c in _chunks(list(range(7)), 100)] == [7]
+    assert [len(c) for c in _chunks(list(range(10)), 1)] == [1] * 10
+
+
+def test_run_names_and_values():
+    assert format_value(0.001, log=True) == "1e-3"
+    assert format_value(0.00031622776601683794, log=True) == "3.16e-4"
+    assert format_value(5) == "5" and format_value(0.25) == "0.25" and format_value(5.0) == "5"
+    assert short_names(["optim.decoder.lr", "optim.embedding.lr"]) == {
+        "optim.decoder.lr": "decoder.lr", "optim.embedding.lr": "embedding.lr"}
+    name = run_name({"optim.decoder.lr": 1e-3, "optim.decoder.weight_decay": 5, "seed": 0},
+                    ["optim.decoder.lr", "optim.decoder.weight_decay"], {"optim.decoder.lr"})
+    assert name == "lr=1e-3 wd=5 seed=0"
+
+
+def test_flatten():
+    assert flatten({"a": {"b": {"c": 1}}, "d": [1, 2], "e": {}}) == {"a.b.c": 1, "d": [1, 2], "e": {}}
+
+
+def test_dry_run_prints_counts_without_ray(capsys):
+    code = main(["run", str(QUICKSTART), "--scale", "smoke", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "configurations: 10" in out and "model-steps:    3000" in out and "packs:" in out
+
+
+def test_bad_spec_rejected_before_ray_and_mlflow(tmp_path, monkeypatch, capsys):
+    """A value that only one sweep point has is bad: the whole sweep is parsed before anything starts."""
+    raw = yaml.safe_load(QUICKSTART.read_text())
+    raw["sweep"]["optim.decoder.weight_decay"] = {"values": [0, 1, -5]}  # negative: invalid for one point
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    monkeypatch.chdir(tmp_path)
+    import ray
+
+    def no_ray(*a, **k):
+        raise AssertionError("ray.init called for a bad spec")
+
+    monkeypatch.setattr(ray, "init", no_ray)
+    code = main(["run", str(bad), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("grokray: error: sweep.optim.decoder.weight_decay"), err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "grokray-results").exists()
+    assert not list(tmp_path.glob("mlruns*"))
+
+
+def test_import_grokray_sweep_expand_stays_light():
+    code = ("import sys, grokray.sweep, grokray.sweep.expand; "
+            "bad = [m for m in ('ray', 'mlflow', 'optuna') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "sweeps").glob("*.yaml")))
+def test_every_shipped_spec_expands(path):
+    plan = expand(load_spec(path, scale="smoke" if "smoke" in yaml.safe_load(path.read_text()) else None), slots=2)
+    assert plan.n_configs >= 1 and plan.packs

@@ -1,0 +1,95 @@
+"""MLflow adapter on a real SQLite store (no Ray): idempotent child runs, batched curves, no secrets."""
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from grokray.engine import make_trainer
+from grokray.spec import load_spec
+from grokray.sweep.expand import expand
+from grokray.tracking import PackTracker, SweepTracker, clean, is_secret, resolve_tracking_uri
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_secrets_are_never_logged():
+    assert is_secret("aws_secret_access_key") and is_secret("MLFLOW_TRACKING_TOKEN") and is_secret("db.password")
+    assert is_secret("api_key") and not is_secret("grokray.trial_key") and not is_secret("optim.decoder.lr")
+    assert clean({"token": "x", "optim.decoder.lr": 0.001, "hidden": [200, 200]}) == {
+        "optim.decoder.lr": "0.001", "hidden": "[200, 200]"}
+
+
+def test_tracking_uri_resolution(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resolve_tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert resolve_tracking_uri(None, tmp_path) == "http://127.0.0.1:5000"
+    assert resolve_tracking_uri("sqlite:////abs/x.db", tmp_path) == "sqlite:////abs/x.db"
+
+
+@pytest.fixture()
+def pack_setup(tmp_path):
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=3", "train.steps=120",
+                                                            "phases.budget=120"], scale="smoke")
+    plan = expand(spec, slots=1)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    sweep = SweepTracker(uri, spec.name)
+    sweep.start_parent(spec, plan, str(tmp_path / "results"), "name: test\n")
+    ctx = {"tracking_uri": uri, "experiment_id": sweep.experiment_id, "parent_run_id": sweep.parent_run_id,
+           "spec_hash": spec.hash(), "code_version": "test", "swept": plan.swept, "log_axes": sorted(spec.log_axes)}
+    pack = plan.param_space(ctx)["pack"]["grid_search"][0]
+    return sweep, ctx, pack, [m.config for m in plan.packs[0].members]
+
+
+def test_retried_pack_reuses_runs_without_duplicate_or_missing_steps(pack_setup):
+    sweep, ctx, pack, configs = pack_setup
+    trainer = make_trainer(configs)
+    first = PackTracker(ctx, pack)
+    first.open("node-a")
+    trainer.run(until=40)
+    first.log_curves(trainer.results())
+    checkpoint = trainer.state_dict()
+    trainer.run(until=80)
+    first.log_curves(trainer.results())  # logged past the checkpoint, then the worker "dies"
+
+    retry = make_trainer(configs)  # the retry restores the checkpoint at step 40
+    retry.load_state_dict(checkpoint)
+    second = PackTracker(ctx, pack)
+    second.open("node-b")
+    assert [r.run_id for r in second.runs] == [r.run_id for r in first.runs]
+    retry.run()
+    results = retry.results()
+    second.log_curves(results)
+    second.finish(results, [c.phases.threshold for c in configs])
+
+    client = MlflowClient(ctx["tracking_uri"])
+    children = sweep.children()
+    assert len(children) == len(configs)
+    for run, result in zip(second.runs, results, strict=True):
+        for key in ("train/acc", "val/acc", "train/loss", "val/loss", "weight_norm"):
+            steps = [m.step for m in client.get_metric_history(run.run_id, key)]
+            assert steps == result.curve["step"], key  # every recorded step exactly once
+        data = client.get_run(run.run_id).data
+        assert data.tags["grokray.phase"] == result.phase and data.tags["grokray.node"] == "node-b"
+        assert data.metrics["steps_run"] == result.steps_run
+    counts = sweep.finish()
+    assert sum(counts.values()) == len(configs)
+    parent = client.get_run(sweep.parent_run_id)
+    assert {k: int(v) for k, v in parent.data.metrics.items()} == {f"phase_count/{p}": n for p, n in counts.items()}
+
+
+def test_curves_go_in_batches(pack_setup, monkeypatch):
+    _, ctx, pack, configs = pack_setup
+    tracker = PackTracker(ctx, pack)
+    tracker.open()
+    calls = []
+    real = tracker.client.log_batch
+    monkeypatch.setattr(tracker.client, "log_batch", lambda *a, **k: calls.append(len(k.get("metrics", []))) or
+                        real(*a, **k))
+    forbidden = lambda *a, **k: (_ for _ in ()).throw(AssertionError("log_metric per point"))  # noqa: E731
+    monkeypatch.setattr(tracker.client, "log_metric", forbidden)
+    trainer = make_trainer(configs)
+    trainer.run()
+    tracker.log_curves(trainer.results())
+    assert len(calls) == len(configs) and all(0 < n <= 1000 for n in calls)

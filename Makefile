@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/grokray train sweeps/quickstart.yaml
+	$(BIN)/grokray run sweeps/quickstart.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

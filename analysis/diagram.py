@@ -1,0 +1,280 @@
+"""Phase diagrams and comparisons as data: a runs DataFrame in, DataFrames/NamedTuples out. No plotting here.
+
+The runs frame is what `analysis.load_runs` returns (one row per configuration; param columns named by their
+dotted key, a `phase` column, crossing steps `step_train`/`step_val`), or any frame with those columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from grokray.phases import PHASES
+
+__all__ = ["Comparison", "FractionCurve", "PhaseGrid", "compare", "generalization_vs_fraction", "is_log_spaced",
+           "log_axes", "phase_counts", "phase_grid", "pivot", "remaining_axes", "transition_lines"]
+
+GENERALIZED = ("comprehension", "grokking")
+# Columns load_runs adds that are never sweep axes.
+META = frozenset({
+    "run_id", "parent_run_id", "run_name", "status", "phase", "model", "task", "trial_key", "pack_id",
+    "step_train", "step_val", "gap", "steps_run", "start_time", "end_time",
+})
+
+
+# -- axes ----------------------------------------------------------------------------------------------------
+def is_log_spaced(values: Iterable, rtol: float = 1e-3) -> bool:
+    """True for >= 3 distinct positive values with a constant ratio != 1 between neighbours (a logspace)."""
+    try:
+        v = np.unique(np.asarray([x for x in values if pd.notna(x)], dtype=float))
+    except (TypeError, ValueError):
+        return False
+    if len(v) < 3 or v[0] <= 0:
+        return False
+    ratios = v[1:] / v[:-1]
+    return bool(np.allclose(ratios, ratios[0], rtol=rtol) and not np.isclose(ratios[0], 1.0))
+
+
+def log_axes(df: pd.DataFrame, axes: Iterable[str], declared: Iterable[str] | None = None) -> dict[str, bool]:
+    """Which of `axes` to draw on a log scale: declared log-spaced (the grokray.log_axes tag, kept by load_runs in
+    df.attrs['log_axes'], or `declared`) or geometrically spaced. An axis with values <= 0 is never log."""
+    declared = set(df.attrs.get("log_axes", ()) if declared is None else declared)
+    out = {}
+    for a in axes:
+        col = pd.to_numeric(df[a], errors="coerce") if a in df else pd.Series(dtype=float)
+        positive = bool(len(col.dropna())) and bool((col.dropna() > 0).all()) and not col.isna().any()
+        out[a] = positive and (a in declared or is_log_spaced(col))
+    return out
+
+
+def remaining_axes(df: pd.DataFrame, exclude: Iterable[str] = (), seed: str = "seed") -> list[str]:
+    """Swept axes other than `exclude` and the seed that take more than one value in `df` (these become facets).
+
+    Candidates are df.attrs['swept'] when load_runs recorded it, else df.attrs['params'], else every column that is
+    not a known metadata/metric column."""
+    exclude = set(exclude) | {seed}
+    cands = df.attrs.get("swept") or df.attrs.get("params")
+    if not cands:
+        cands = [c for c in df.columns if c not in META and "/" not in c and not c.startswith("step_")]
+    return [c for c in cands if c in df and c not in exclude and df[c].nunique(dropna=False) > 1]
+
+
+def _canon(v):
+    """Equal axis values from different runs compare equal (logspace floats round-trip through strings)."""
+    if isinstance(v, float | np.floating) and np.isfinite(v):
+        return float(f"{float(v):.12g}")
+    return v
+
+
+def _sorted_unique(s: pd.Series) -> list:
+    vals = list(pd.unique(s))
+    try:
+        return sorted(vals, key=lambda x: (pd.isna(x), x))
+    except TypeError:
+        return sorted(vals, key=str)
+
+
+# -- phase grid ----------------------------------------------------------------------------------------------
+class PhaseGrid(NamedTuple):
+    """One row of `cells` per (facet..., y, x) present in the runs.
+
+    cells columns: the facet axes, y, x, `phase` (majority; ties go to the earlier phase in `phases`),
+    `agreement` (majority count / n), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase,
+    `n_generalized` (runs with a val crossing), `median_steps` and `log10_steps` (of `steps_col` over the runs
+    that have one; NaN when none).
+    """
+
+    cells: pd.DataFrame
+    x: str
+    y: str
+    facets: tuple[str, ...]
+    x_log: bool
+    y_log: bool
+    x_values: list
+    y_values: list
+    facet_values: list[tuple]
+    phases: tuple[str, ...]
+    steps_col: str
+
+
+def _phase_order(df: pd.DataFrame) -> tuple[str, ...]:
+    extra = sorted(set(df["phase"].dropna()) - set(PHASES))
+    return tuple(PHASES) + tuple(extra)
+
+
+def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | None = None, *,
+               log: Iterable[str] | None = None, steps: str = "step_val", seed: str = "seed") -> PhaseGrid:
+    """Aggregate runs into phase-diagram cells over axes x and y.
+
+    facet: the axes that split the diagram into panels. None (default) facets by every other swept axis that
+    varies, so runs are only ever aggregated over seeds; pass [] to aggregate over everything but x and y.
+    log: axes declared log-spaced (default df.attrs['log_axes']); geometric spacing is detected anyway.
+    Runs without a phase (unfinished) are left out.
+    """
+    for a in (x, y):
+        if a not in df:
+            raise KeyError(f"axis {a!r} is not a column; columns: {sorted(map(str, df.columns))}")
+    if facet is None:
+        facets = tuple(remaining_axes(df, exclude=(x, y), seed=seed))
+    else:
+        facets = (facet,) if isinstance(facet, str) else tuple(facet)
+    keys = [*facets, y, x]
+    for a in keys:
+        if a not in df:
+            raise KeyError(f"facet {a!r} is not a column")
+    runs = df[df["phase"].notna()].copy()
+    for a in keys:
+        runs[a] = runs[a].map(_canon)
+    phases = _phase_order(df)
+    st = pd.to_numeric(runs[steps], errors="coerce") if steps in runs else pd.Series(np.nan, index=runs.index)
+    runs["_steps"] = st.where(np.isfinite(st))
+    counts = pd.crosstab([runs[k] for k in keys], runs["phase"], dropna=False) if len(runs) else None
+    rows = []
+    if counts is not None:
+        counts = counts.reindex(columns=list(phases), fill_value=0)
+        counts = counts[counts.sum(axis=1) > 0]
+        steps_by = runs.groupby(keys, dropna=False)["_steps"]
+        med = steps_by.median()
+        ngen = steps_by.count()
+        for idx, c in counts.iterrows():
+            idx = idx if isinstance(idx, tuple) else (idx,)
+            n = int(c.sum())
+            m = med.get(idx, np.nan)
+            row = dict(zip(keys, idx, strict=True))
+            row.update(phase=c.idxmax(), agreement=float(c.max()) / n, n=n,
+                       n_generalized=int(ngen.get(idx, 0)), median_steps=float(m),
+                       log10_steps=float(np.log10(max(m, 1.0))) if pd.notna(m) else np.nan)
+            row.update({f"count_{p}": int(c[p]) for p in phases})
+            rows.append(row)
+    cols = [*keys, "phase", "agreement", "n", "n_generalized", "median_steps", "log10_steps",
+            *(f"count_{p}" for p in phases)]
+    cells = pd.DataFrame(rows, columns=cols)
+    cells = cells.sort_values(keys, kind="stable", key=_sort_key).reset_index(drop=True)
+    is_log = log_axes(runs, [x, y], declared=df.attrs.get("log_axes", ()) if log is None else log)
+    facet_values = (list(dict.fromkeys(map(tuple, cells[list(facets)].itertuples(index=False, name=None))))
+                    if facets else [()])
+    return PhaseGrid(cells, x, y, facets, is_log[x], is_log[y], _sorted_unique(cells[x]),
+                     _sorted_unique(cells[y]), facet_values, phases, steps)
+
+
+def _sort_key(s: pd.Series) -> pd.Series:
+    num = pd.to_numeric(s, errors="coerce")
+    return num if num.notna().all() else s.astype(str)
+
+
+def pivot(grid: PhaseGrid, value: str = "phase", facet_value: tuple = ()) -> pd.DataFrame:
+    """A y-by-x table of one cell column (phase, agreement, log10_steps, ...) for one facet: for printing."""
+    cells = grid.cells
+    for k, v in zip(grid.facets, facet_value, strict=True):
+        cells = cells[cells[k] == v]
+    return cells.pivot(index=grid.y, columns=grid.x, values=value).reindex(index=grid.y_values,
+                                                                            columns=grid.x_values)
+
+
+def phase_counts(df: pd.DataFrame) -> pd.Series:
+    """Runs per phase, every phase listed (zeros included), in the fixed phase order."""
+    phases = _phase_order(df)
+    return df["phase"].value_counts().reindex(list(phases), fill_value=0).astype(int).rename("runs")
+
+
+# -- comparison ----------------------------------------------------------------------------------------------
+class Comparison(NamedTuple):
+    """grid_a / grid_b: the two diagrams; cells: the outer join of their cells on (facets, y, x) with phase_a,
+    phase_b, agreement_a, agreement_b, n_a, n_b and `changed`; changed: the cells present in both whose majority
+    phase differs; transitions: (from, to, cells) counts of the changes, most frequent first; only_a / only_b:
+    cells present in one experiment only."""
+
+    grid_a: PhaseGrid
+    grid_b: PhaseGrid
+    cells: pd.DataFrame
+    changed: pd.DataFrame
+    transitions: pd.DataFrame
+    only_a: pd.DataFrame
+    only_b: pd.DataFrame
+
+
+def compare(df_a: pd.DataFrame, df_b: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | None = None, *,
+            log: Iterable[str] | None = None, seed: str = "seed") -> Comparison:
+    """Cells whose majority phase differs between two experiments (or parent runs) sharing the axes x, y."""
+    if facet is None:
+        facet = list(dict.fromkeys(remaining_axes(df_a, (x, y), seed) + remaining_axes(df_b, (x, y), seed)))
+    facets = [facet] if isinstance(facet, str) else list(facet)
+    for name, d in (("a", df_a), ("b", df_b)):
+        missing = [k for k in [x, y, *facets] if k not in d]
+        if missing:
+            raise KeyError(f"experiment {name} lacks the axes {missing}")
+    ga = phase_grid(df_a, x, y, facets, log=log, seed=seed)
+    gb = phase_grid(df_b, x, y, facets, log=log, seed=seed)
+    keys = [*facets, y, x]
+    keep = ["phase", "agreement", "n"]
+    cells = ga.cells[keys + keep].merge(gb.cells[keys + keep], on=keys, how="outer", suffixes=("_a", "_b"),
+                                        indicator=True)
+    both = cells["_merge"] == "both"
+    cells["changed"] = both & (cells["phase_a"] != cells["phase_b"])
+    only_a = cells[cells["_merge"] == "left_only"].drop(columns="_merge").reset_index(drop=True)
+    only_b = cells[cells["_merge"] == "right_only"].drop(columns="_merge").reset_index(drop=True)
+    cells = cells.drop(columns="_merge")
+    changed = cells[cells["changed"]].reset_index(drop=True)
+    if len(changed):
+        transitions = (changed.groupby(["phase_a", "phase_b"]).size().rename("cells").reset_index()
+                       .rename(columns={"phase_a": "from", "phase_b": "to"})
+                       .sort_values(["cells", "from", "to"], ascending=[False, True, True]).reset_index(drop=True))
+    else:
+        transitions = pd.DataFrame({"from": pd.Series(dtype=str), "to": pd.Series(dtype=str),
+                                    "cells": pd.Series(dtype=int)})
+    return Comparison(ga, gb, cells, changed, transitions, only_a, only_b)
+
+
+def transition_lines(comparison: Comparison) -> list[str]:
+    """Human lines for the transition table: '12 cells grokking → comprehension'."""
+    t = comparison.transitions
+    return [f"{n} cell{'s' if n != 1 else ''} {a} → {b}"
+            for a, b, n in zip(t["from"], t["to"], t["cells"], strict=True)]
+
+
+# -- grokking time against data fraction ---------------------------------------------------------------------
+class FractionCurve(NamedTuple):
+    """table: one row per fraction (per `by` group) with n, n_generalized, rate (share of runs in a generalizing
+    phase), median_steps, q25_steps, q75_steps (of `steps` over generalizing runs).
+    critical_fraction: where rate first reaches `level` (linear interpolation), per group when `by` is set."""
+
+    table: pd.DataFrame
+    fraction: str
+    critical_fraction: float | dict
+    level: float
+
+
+def _critical(fr: np.ndarray, rate: np.ndarray, level: float) -> float:
+    for k in range(len(fr)):
+        if rate[k] >= level:
+            if k == 0:
+                return float(fr[0])
+            f0, f1, r0, r1 = fr[k - 1], fr[k], rate[k - 1], rate[k]
+            return float(f0 + (level - r0) * (f1 - f0) / (r1 - r0))
+    return float("nan")
+
+
+def generalization_vs_fraction(df: pd.DataFrame, fraction: str = "task.train_fraction", *, steps: str = "step_val",
+                               generalized: Sequence[str] = GENERALIZED, level: float = 0.5,
+                               by: str | None = None) -> FractionCurve:
+    """Generalization rate and time-to-generalize against training-data fraction (Liu et al. Fig. 4b, 5b; Power
+    et al.). The critical fraction is where the rate of generalizing runs crosses `level`."""
+    runs = df[df["phase"].notna()].copy()
+    runs["_gen"] = runs["phase"].isin(list(generalized))
+    runs["_steps"] = pd.to_numeric(runs[steps], errors="coerce").where(runs["_gen"]) if steps in runs else np.nan
+    runs[fraction] = pd.to_numeric(runs[fraction])
+    groups = [by, fraction] if by else [fraction]
+    g = runs.groupby(groups)
+    table = pd.DataFrame({
+        "n": g.size(), "n_generalized": g["_gen"].sum().astype(int), "rate": g["_gen"].mean(),
+        "median_steps": g["_steps"].median(), "q25_steps": g["_steps"].quantile(0.25),
+        "q75_steps": g["_steps"].quantile(0.75),
+    }).reset_index()
+    if by:
+        crit = {k: _critical(t[fraction].to_numpy(), t["rate"].to_numpy(), level) for k, t in table.groupby(by)}
+    else:
+        crit = _critical(table[fraction].to_numpy(), table["rate"].to_numpy(), level)
+    return FractionCurve(table, fraction, crit, level)

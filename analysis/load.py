@@ -1,0 +1,227 @@
+"""MLflow runs -> pandas. mlflow is imported inside the functions that talk to a tracking server, so
+`import analysis` stays light and the pure `runs_to_frame` works on any objects shaped like mlflow Runs.
+
+Layout read (grokray/tracking): one experiment per spec name; a parent run per `grokray run`; one child run
+(tag mlflow.parentRunId) per configuration with params = flattened dotted keys of the trial config (strings),
+tags grokray.phase / model / task / trial_key / pack_id / swept / log_axes, step series train/acc, val/acc,
+train/loss, val/loss, weight_norm, and summary metrics step_train_acc_<thr>, step_val_acc_<thr>, grokking_gap,
+final/..., steps_run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["DEFAULT_TRACKING_URI", "SERIES", "load_curves", "load_runs", "parent_runs", "runs_to_frame"]
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # grokray's default (grokray/tracking), relative to the cwd
+SERIES = ("train/acc", "val/acc", "train/loss", "val/loss", "weight_norm")  # step series: not summary columns
+_TAG_COLUMNS = {
+    "mlflow.parentRunId": "parent_run_id",
+    "grokray.phase": "phase",
+    "grokray.model": "model",
+    "grokray.task": "task",
+    "grokray.trial_key": "trial_key",
+    "grokray.pack_id": "pack_id",
+}
+_CROSSING = re.compile(r"^step_(train|val)_acc_(.+)$")
+_NONE = {"None", "null", ""}
+
+
+def _uri(tracking_uri: str | None) -> str:
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def _client(tracking_uri: str | None):
+    try:
+        from mlflow.tracking import MlflowClient
+    except ImportError as exc:  # pragma: no cover - mlflow is a dependency; the message helps slim installs
+        raise ImportError("analysis.load needs mlflow: pip install 'mlflow>=3.0'") from exc
+    return MlflowClient(tracking_uri=_uri(tracking_uri))
+
+
+def _json_list(text: str | None) -> list[str]:
+    if not text:
+        return []
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _numeric(col: pd.Series) -> pd.Series:
+    """Numbers where every present value is one ('1e-3', '45'); 'None' counts as missing; else the strings."""
+    col = col.map(lambda v: None if v is None or (isinstance(v, str) and v in _NONE) else v)
+    present = col.dropna()
+    if present.empty:
+        return col
+    num = pd.to_numeric(present, errors="coerce")
+    if num.isna().any() or present.isin(["True", "False"]).any():
+        return col
+    out = pd.to_numeric(col, errors="coerce").astype(float)
+    integers = present.map(lambda s: isinstance(s, int | np.integer) or re.fullmatch(r"-?\d+", str(s)) is not None)
+    return out.astype("int64") if integers.all() and not out.isna().any() else out
+
+
+def runs_to_frame(runs: Iterable) -> pd.DataFrame:
+    """One row per run from mlflow Run objects (anything with .info.run_id/.info.run_name/.info.status/
+    .info.start_time and .data.params/.tags/.metrics).
+
+    Columns: run_id, parent_run_id, run_name, the params by dotted key (swept axes first; numeric where possible),
+    phase, step_train, step_val (crossing steps at the threshold; 0.9 when several), gap, steps_run, final/...,
+    other summary metrics (e.g. step_val_acc_0.9 under its own name), model, task, trial_key, pack_id, status,
+    start_time. df.attrs: swept, log_axes (unions of the tags), params (param columns).
+    """
+    rows, params_seen, swept, log = [], {}, {}, {}
+    for r in runs:
+        tags, metrics = dict(r.data.tags), dict(r.data.metrics)
+        row = {"run_id": r.info.run_id, "run_name": getattr(r.info, "run_name", None) or tags.get("mlflow.runName"),
+               "status": getattr(r.info, "status", None), "start_time": getattr(r.info, "start_time", None)}
+        for tag, col in _TAG_COLUMNS.items():
+            row[col] = tags.get(tag)
+        for k, v in r.data.params.items():
+            params_seen.setdefault(k, None)
+            row[k] = v
+        swept.update(dict.fromkeys(_json_list(tags.get("grokray.swept"))))
+        log.update(dict.fromkeys(_json_list(tags.get("grokray.log_axes"))))
+        crossings: dict[str, dict[str, float]] = {"train": {}, "val": {}}
+        for k, v in metrics.items():
+            if k in SERIES:
+                continue
+            row[k] = v
+            m = _CROSSING.match(k)
+            if m:
+                crossings[m.group(1)][m.group(2)] = v
+        for side, by_thr in crossings.items():
+            thr = "0.9" if "0.9" in by_thr else (sorted(by_thr)[0] if by_thr else None)
+            row[f"step_{side}"] = by_thr[thr] if thr else np.nan
+        row["gap"] = metrics.get("grokking_gap", np.nan)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    params = list(params_seen)
+    if df.empty:
+        df = pd.DataFrame(columns=["run_id", "parent_run_id", "run_name", "phase", "step_train", "step_val", "gap"])
+    for k in params:
+        df[k] = _numeric(df[k])
+    for k in ("step_train", "step_val", "gap"):
+        df[k] = pd.to_numeric(df[k], errors="coerce")
+    metric_cols = [c for c in df.columns if c not in params and c not in _TAG_COLUMNS.values()
+                   and c not in {"run_id", "run_name", "status", "start_time", "step_train", "step_val", "gap"}]
+    finals = sorted(c for c in metric_cols if c.startswith("final/"))
+    others = sorted(c for c in metric_cols if not c.startswith("final/") and c != "steps_run")
+    ordered_params = [k for k in swept if k in params] + [k for k in params if k not in swept]
+    order = ["run_id", "parent_run_id", "run_name", *ordered_params, "phase", "step_train", "step_val", "gap",
+             *(["steps_run"] if "steps_run" in df else []), *finals, *others, "model", "task", "trial_key",
+             "pack_id", "status", "start_time"]
+    df = df.reindex(columns=[c for c in order if c in df.columns])
+    df.attrs.update(swept=list(swept), log_axes=list(log), params=ordered_params)
+    return df
+
+
+def _search(client, experiment_ids: list[str], filter_string: str = "") -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string=filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _experiment_id(client, experiment: str) -> str:
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None and experiment.isdigit():
+        try:
+            exp = client.get_experiment(experiment)
+        except Exception:  # noqa: BLE001 - not an id either
+            exp = None
+    if exp is None:
+        known = sorted(e.name for e in client.search_experiments())
+        raise ValueError(f"no MLflow experiment {experiment!r}; known: {known}")
+    return exp.experiment_id
+
+
+def load_runs(experiment: str | None = None, parent_run_id: str | None = None, tracking_uri: str | None = None, *,
+              latest_parent: bool = False) -> pd.DataFrame:
+    """Child runs (one per configuration) of an experiment or of one parent run, as a DataFrame (see runs_to_frame).
+
+    experiment: spec name (or experiment id). All child runs of all its parent runs are returned, with a
+    parent_run_id column; latest_parent=True keeps only the children of the most recently started parent.
+    parent_run_id: one `grokray run`.
+    tracking_uri: default MLFLOW_TRACKING_URI, else sqlite:///mlflow.db.
+    """
+    if (experiment is None) == (parent_run_id is None):
+        raise ValueError("give exactly one of experiment= or parent_run_id=")
+    client = _client(tracking_uri)
+    if parent_run_id is not None:
+        exp_id = client.get_run(parent_run_id).info.experiment_id
+        runs = _search(client, [exp_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    else:
+        exp_id = _experiment_id(client, experiment)
+        everything = _search(client, [exp_id])
+        runs = [r for r in everything if "mlflow.parentRunId" in r.data.tags]
+        if latest_parent and runs:
+            parents = {r.data.tags["mlflow.parentRunId"] for r in runs}
+            start = {r.info.run_id: r.info.start_time or 0 for r in everything if r.info.run_id in parents}
+            latest = max(parents, key=lambda p: start.get(p, 0))
+            runs = [r for r in runs if r.data.tags["mlflow.parentRunId"] == latest]
+    df = runs_to_frame(runs)
+    df.attrs.update(experiment_id=exp_id, tracking_uri=_uri(tracking_uri))
+    return df
+
+
+def parent_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
+    """The `grokray run`s of an experiment: run_id, run_name, start_time, status, spec_hash, code_version and a
+    phase_count.<phase> column per phase (from the parent's tags), newest first."""
+    client = _client(tracking_uri)
+    everything = _search(client, [_experiment_id(client, experiment)])
+    parents = {r.data.tags["mlflow.parentRunId"] for r in everything if "mlflow.parentRunId" in r.data.tags}
+    rows = []
+    for r in everything:
+        if r.info.run_id not in parents and r.data.tags.get("grokray.role") != "parent":
+            continue
+        tags = r.data.tags
+        row = {"run_id": r.info.run_id, "run_name": r.info.run_name, "start_time": r.info.start_time,
+               "status": r.info.status, "spec_hash": tags.get("grokray.spec_hash"),
+               "code_version": tags.get("grokray.code_version")}
+        row.update({k.removeprefix("grokray."): int(v) for k, v in tags.items()
+                    if k.startswith("grokray.phase_count.") and v.isdigit()})
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=None if rows else ["run_id", "run_name", "start_time", "status", "spec_hash",
+                                                       "code_version"])
+    return df.sort_values("start_time", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def load_curves(run_ids: Sequence[str], tracking_uri: str | None = None,
+                keys: Sequence[str] = ("train/acc", "val/acc"), max_workers: int = 8) -> pd.DataFrame:
+    """Step series of selected runs as a long frame (run_id, key, step, value), sorted by run, key, step.
+
+    One get_metric_history request per (run, key) returns the whole series (MLflow pages it internally); never
+    a request per step. Against a server the requests run in a thread pool; a SQLite store is read serially.
+    """
+    client = _client(tracking_uri)
+    jobs = [(r, k) for r in dict.fromkeys(run_ids) for k in keys]
+
+    def fetch(job):
+        run_id, key = job
+        return [(run_id, key, m.step, m.value) for m in client.get_metric_history(run_id, key)]
+
+    if _uri(tracking_uri).startswith(("http://", "https://")) and len(jobs) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max_workers) as pool:
+            parts = list(pool.map(fetch, jobs))
+    else:
+        parts = [fetch(j) for j in jobs]
+    df = pd.DataFrame([row for part in parts for row in part], columns=["run_id", "key", "step", "value"])
+    df = df.astype({"step": "int64", "value": "float64"})
+    # a retried write can store a step twice; keep the last value
+    df = df.drop_duplicates(["run_id", "key", "step"], keep="last")
+    return df.sort_values(["run_id", "key", "step"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,389 @@
+"""Drawing only: every function takes data computed by analysis.diagram / load / representations / effective_theory
+and returns a matplotlib Figure; given `path`, it also writes path.png and path.svg.
+
+Figures are built on the Agg canvas directly (no pyplot, no global backend switch, safe in workers and tests).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PatchCollection
+from matplotlib.colors import Normalize, to_rgba
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from .diagram import Comparison, FractionCurve, PhaseGrid
+
+__all__ = ["PHASE_COLORS", "plot_agop", "plot_comparison", "plot_curves", "plot_embedding_pca",
+           "plot_grokking_time", "plot_phase_diagram", "plot_steps_heatmap", "save_figure"]
+
+# Fixed colour per phase, identical in every figure.
+PHASE_COLORS = {
+    "comprehension": "#1b9e77",  # green
+    "grokking": "#f28e2b",  # orange
+    "memorization": "#4e79a7",  # blue
+    "confusion": "#e15759",  # red
+    "val_without_train": "#b07aa1",  # purple
+    "diverged": "#333333",  # near black
+}
+OTHER_COLOR = "#bbbbbb"
+MAX_ANNOTATED = 300  # cells per panel above which agreement is shown by alpha only
+
+
+def _figure(w: float, h: float) -> Figure:
+    fig = Figure(figsize=(w, h), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png", "svg"), dpi: int = 150) -> list[Path]:
+    """Write `path` with each suffix in `formats` (an existing suffix on `path` is replaced). Returns the paths."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = []
+    for fmt in formats:
+        target = path.with_suffix("." + fmt)
+        fig.savefig(target, dpi=dpi, format=fmt)
+        out.append(target)
+    return out
+
+
+def _finish(fig: Figure, path) -> Figure:
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+def _phase_color(phase) -> str:
+    return PHASE_COLORS.get(phase, OTHER_COLOR)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float | np.floating):
+        return f"{v:.3g}"
+    return str(v)
+
+
+class _Axis:
+    """Cell geometry of one diagram axis: numeric (linear or log) or categorical (evenly spaced)."""
+
+    def __init__(self, values: list, log: bool):
+        self.values = values
+        nums = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
+        self.numeric = bool(len(values)) and not nums.isna().any()
+        self.log = log and self.numeric
+        if not self.numeric:
+            self.pos = {v: float(i) for i, v in enumerate(values)}
+            centres = np.arange(len(values), dtype=float)
+            self.edges = np.concatenate([[-0.5], centres + 0.5])
+            return
+        v = nums.to_numpy(dtype=float)
+        t = np.log10(v) if self.log else v
+        if len(t) == 1:
+            half = np.array([0.5])
+        else:
+            half = np.diff(t) / 2
+        inner = t[:-1] + half[: len(t) - 1] if len(t) > 1 else np.array([])
+        first = t[0] - (half[0] if len(t) > 1 else 0.5)
+        last = t[-1] + (half[-1] if len(t) > 1 else 0.5)
+        edges_t = np.concatenate([[first], inner, [last]])
+        self.edges = 10**edges_t if self.log else edges_t
+        self.pos = {val: k for k, val in enumerate(values)}
+
+    def span(self, value) -> tuple[float, float]:
+        k = int(self.pos[value]) if not self.numeric else self.pos[value]
+        return float(self.edges[k]), float(self.edges[k + 1])
+
+    def style(self, ax, which: str, label: str) -> None:
+        set_scale, set_lim, set_ticks, set_label = (
+            (ax.set_xscale, ax.set_xlim, ax.set_xticks, ax.set_xlabel) if which == "x"
+            else (ax.set_yscale, ax.set_ylim, ax.set_yticks, ax.set_ylabel))
+        if self.log:
+            set_scale("log")
+        set_lim(self.edges[0], self.edges[-1])
+        if not self.numeric:
+            set_ticks(range(len(self.values)), [_fmt(v) for v in self.values])
+        elif len(self.values) <= 12:
+            set_ticks([float(v) for v in self.values], [_fmt(v) for v in self.values])
+            (ax.xaxis if which == "x" else ax.yaxis).set_minor_locator(_null_locator())
+        set_label(label + (" (log)" if self.log else ""))
+        if which == "x" and len(self.values) > 6:
+            for t in ax.get_xticklabels():
+                t.set_rotation(45)
+
+
+def _null_locator():
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
+
+
+def _facet_title(grid: PhaseGrid, fv: tuple) -> str:
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in zip(grid.facets, fv, strict=True))
+
+
+def _facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
+    cells = grid.cells
+    for k, v in zip(grid.facets, fv, strict=True):
+        cells = cells[cells[k] == v]
+    return cells
+
+
+def _draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3) -> None:
+    ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
+    rects = []
+    for xv, yv in zip(cells[grid.x], cells[grid.y], strict=True):
+        x0, x1 = ax_x.span(xv)
+        y0, y1 = ax_y.span(yv)
+        rects.append(Rectangle((x0, y0), x1 - x0, y1 - y0))
+    ax.add_collection(PatchCollection(rects, facecolors=colors, edgecolors=edgecolors or "white",
+                                      linewidths=linewidths))
+    ax_x.style(ax, "x", grid.x)
+    ax_y.style(ax, "y", grid.y)
+
+
+def _centre(axis: _Axis, value) -> float:
+    a, b = axis.span(value)
+    return math.sqrt(a * b) if axis.log else (a + b) / 2
+
+
+def _grid_layout(n: int, panel=(4.2, 3.6), extra_w: float = 2.0):
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    return nrows, ncols, (panel[0] * ncols + extra_w, panel[1] * nrows)
+
+
+def _phase_legend(fig: Figure, phases: Sequence[str], note: str | None = None) -> None:
+    handles = [Patch(facecolor=_phase_color(p), label=p.replace("_", " ")) for p in phases]
+    if note:
+        handles.append(Patch(facecolor="white", edgecolor="none", label=note))
+    fig.legend(handles=handles, loc="outside right upper", frameon=False, title="phase")
+
+
+def _phase_panel(ax, grid: PhaseGrid, fv: tuple, annotate: bool | None) -> None:
+    cells = _facet_cells(grid, fv)
+    colors = [to_rgba(_phase_color(p), 0.25 + 0.75 * a) for p, a in zip(cells["phase"], cells["agreement"],
+                                                                           strict=True)]
+    _draw_cells(ax, grid, cells, colors)
+    show = annotate if annotate is not None else len(cells) <= MAX_ANNOTATED
+    if show:
+        ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
+        for xv, yv, n, agree in zip(cells[grid.x], cells[grid.y], cells["n"], cells["agreement"], strict=True):
+            if n > 1 and agree < 1:
+                ax.text(_centre(ax_x, xv), _centre(ax_y, yv), f"{round(agree * n)}/{n}", ha="center", va="center",
+                        fontsize=7, color="black")
+
+
+def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None,
+                       annotate: bool | None = None) -> Figure:
+    """Majority phase per cell, one panel per facet value. Colour = phase (fixed), opacity = seed agreement;
+    cells where seeds disagree are annotated 'k/n' (majority count / seeds) unless there are too many cells."""
+    nrows, ncols, size = _grid_layout(len(grid.facet_values))
+    fig = _figure(*size)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for k, fv in enumerate(grid.facet_values):
+        ax = axes.flat[k]
+        _phase_panel(ax, grid, fv, annotate)
+        if grid.facets:
+            ax.set_title(_facet_title(grid, fv), fontsize=9)
+    for ax in list(axes.flat)[len(grid.facet_values):]:
+        ax.set_visible(False)
+    _phase_legend(fig, grid.phases, "faded, k/n: seeds disagree")
+    fig.suptitle(title or f"phase diagram: {grid.y} vs {grid.x}")
+    return _finish(fig, path)
+
+
+def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None) -> Figure:
+    """log10 of the median steps to generalize per cell (companion of the phase diagram); grey = never."""
+    nrows, ncols, size = _grid_layout(len(grid.facet_values), extra_w=1.5)
+    fig = _figure(*size)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    vals = grid.cells["log10_steps"].to_numpy(dtype=float)
+    finite = vals[np.isfinite(vals)]
+    norm = Normalize(float(finite.min()) if len(finite) else 0.0, float(finite.max()) if len(finite) else 1.0)
+    if norm.vmin == norm.vmax:
+        norm = Normalize(norm.vmin - 0.5, norm.vmax + 0.5)
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    mappable = None
+    for k, fv in enumerate(grid.facet_values):
+        ax = axes.flat[k]
+        cells = _facet_cells(grid, fv)
+        colors = [cmap(norm(v)) if np.isfinite(v) else to_rgba("#dddddd") for v in cells["log10_steps"]]
+        _draw_cells(ax, grid, cells, colors)
+        if grid.facets:
+            ax.set_title(_facet_title(grid, fv), fontsize=9)
+    from matplotlib.cm import ScalarMappable
+
+    mappable = ScalarMappable(norm=norm, cmap=cmap)
+    for ax in list(axes.flat)[len(grid.facet_values):]:
+        ax.set_visible(False)
+    fig.colorbar(mappable, ax=axes.ravel().tolist(), label=f"log10 median {grid.steps_col} (grey: never)")
+    fig.suptitle(title or "steps to generalize")
+    return _finish(fig, path)
+
+
+def plot_curves(curves: pd.DataFrame, path=None, *, labels: dict | None = None,
+                keys: Sequence[str] = ("train/acc", "val/acc"), threshold: float | None = 0.9,
+                title: str | None = None) -> Figure:
+    """Series from analysis.load_curves against step on a log x-axis: one colour per run, one line style per key
+    (train dashed, val solid). Step 0 cannot sit on a log axis and is left out."""
+    fig = _figure(7.5, 4.5)
+    ax = fig.subplots()
+    styles = ["--", "-", ":", "-."]
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    data = curves[curves["step"] > 0]
+    for r, run_id in enumerate(dict.fromkeys(data["run_id"])):
+        run = data[data["run_id"] == run_id]
+        name = (labels or {}).get(run_id, str(run_id)[:8])
+        for k, key in enumerate(keys):
+            s = run[run["key"] == key]
+            if len(s):
+                ax.plot(s["step"], s["value"], styles[k % len(styles)], color=cmap(r % 10), lw=1.3,
+                        label=f"{name} {key}")
+    ax.set_xscale("log")
+    ax.set_xlabel("step (log)")
+    ax.set_ylabel(" / ".join(keys))
+    if threshold is not None:
+        ax.axhline(threshold, color="grey", lw=0.8, ls=":")
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(title or "training curves")
+    return _finish(fig, path)
+
+
+def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame | None = None,
+                       title: str | None = None) -> Figure:
+    """Top: share of generalizing runs against data fraction, with the effective-theory probability
+    (analysis.effective_theory.p_unique_curve) overlaid when given. Bottom: median steps to generalize (log y,
+    25-75% bars). The critical fraction is marked in both."""
+    fig = _figure(6.5, 6.0)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    t, f = curve.table, curve.fraction
+    group_col = [c for c in t.columns if c not in {f, "n", "n_generalized", "rate", "median_steps", "q25_steps",
+                                                    "q75_steps"}]
+    groups = list(t.groupby(group_col[0])) if group_col else [(None, t)]
+    crit = curve.critical_fraction if isinstance(curve.critical_fraction, dict) else {None: curve.critical_fraction}
+    for g, sub in groups:
+        label = "measured" if g is None else f"{group_col[0]}={_fmt(g)}"
+        line = top.plot(sub[f], sub["rate"], "o-", label=label)[0]
+        ok = sub["median_steps"].notna()
+        lo = (sub["median_steps"] - sub["q25_steps"])[ok]
+        hi = (sub["q75_steps"] - sub["median_steps"])[ok]
+        bottom.errorbar(sub[f][ok], sub["median_steps"][ok], yerr=[lo, hi], fmt="o-", color=line.get_color(),
+                        capsize=3, label=label)
+        c = crit.get(g, float("nan"))
+        if np.isfinite(c):
+            for ax in (top, bottom):
+                ax.axvline(c, color=line.get_color(), ls="--", lw=1)
+            top.annotate(f"critical ≈ {c:.2f}", (c, curve.level), xytext=(4, 4), textcoords="offset points",
+                         fontsize=8)
+    if theory is not None and len(theory):
+        top.plot(theory["fraction"], theory["p_unique"], "k-", lw=1.2, label="effective theory: P(unique)")
+    top.axhline(curve.level, color="grey", lw=0.6, ls=":")
+    top.set_ylabel("generalizing runs")
+    top.set_ylim(-0.03, 1.03)
+    top.legend(fontsize=8)
+    bottom.set_yscale("log")
+    bottom.set_ylabel("steps to generalize (median)")
+    bottom.set_xlabel(f)
+    fig.suptitle(title or "grokking time against data fraction")
+    return _finish(fig, path)
+
+
+def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A", "B"),
+                    title: str | None = None) -> Figure:
+    """Per facet: diagram A, diagram B, and the changed-cells map (changed cells in B's phase colour with a thick
+    edge in A's; unchanged cells grey; cells present in one experiment only hatched)."""
+    ga, gb = cmp.grid_a, cmp.grid_b
+    union = PhaseGrid(cmp.cells.rename(columns={"phase_b": "phase", "agreement_b": "agreement", "n_b": "n"}),
+                      ga.x, ga.y, ga.facets, ga.x_log or gb.x_log, ga.y_log or gb.y_log,
+                      _merge_values(ga.x_values, gb.x_values), _merge_values(ga.y_values, gb.y_values),
+                      list(dict.fromkeys(ga.facet_values + gb.facet_values)), ga.phases, ga.steps_col)
+    ga = ga._replace(x_values=union.x_values, y_values=union.y_values, x_log=union.x_log, y_log=union.y_log)
+    gb = gb._replace(x_values=union.x_values, y_values=union.y_values, x_log=union.x_log, y_log=union.y_log)
+    nf = len(union.facet_values)
+    fig = _figure(4.0 * 3 + 2.2, 3.6 * nf)
+    axes = fig.subplots(nf, 3, squeeze=False)
+    for row, fv in enumerate(union.facet_values):
+        for col, (g, name) in enumerate(((ga, labels[0]), (gb, labels[1]))):
+            ax = axes[row, col]
+            if fv in g.facet_values:
+                _phase_panel(ax, g, fv, None)
+            ax.set_title(name + (f"  [{_facet_title(union, fv)}]" if union.facets else ""), fontsize=9)
+        ax = axes[row, 2]
+        cells = _facet_cells(union, fv)
+        both = cells["phase_a"].notna() & cells["phase"].notna()
+        face, edge, width = [], [], []
+        for b, ch, pa, pb in zip(both, cells["changed"], cells["phase_a"], cells["phase"], strict=True):
+            if not b:
+                face.append(to_rgba("white"))
+                edge.append(to_rgba("#999999"))
+                width.append(0.5)
+            elif ch:
+                face.append(to_rgba(_phase_color(pb)))
+                edge.append(to_rgba(_phase_color(pa)))
+                width.append(2.5)
+            else:
+                face.append(to_rgba("#e6e6e6"))
+                edge.append(to_rgba("white"))
+                width.append(0.3)
+        _draw_cells(ax, union, cells, face, edgecolors=edge, linewidths=width)
+        n_changed = int(cells["changed"].sum())
+        ax.set_title(f"changed: {n_changed} cell{'s' if n_changed != 1 else ''} (fill {labels[1]}, edge {labels[0]})",
+                     fontsize=9)
+    lines = [f"{n} {a} → {b}" for a, b, n in zip(cmp.transitions["from"], cmp.transitions["to"],
+                                                  cmp.transitions["cells"], strict=True)]
+    _phase_legend(fig, union.phases, None)
+    fig.suptitle(title or (f"{labels[0]} vs {labels[1]}: " + ("; ".join(lines[:4]) if lines else "no phase changed")))
+    return _finish(fig, path)
+
+
+def _merge_values(a: list, b: list) -> list:
+    vals = list(dict.fromkeys(list(a) + list(b)))
+    try:
+        return sorted(vals)
+    except TypeError:
+        return sorted(vals, key=str)
+
+
+def plot_agop(image: np.ndarray, path=None, *, p: int | None = None, title: str | None = None) -> Figure:
+    """An AGOP image (analysis.representations.agop_image) with block boundaries every p rows/columns."""
+    fig = _figure(5.0, 4.4)
+    ax = fig.subplots()
+    lim = float(np.abs(image).max()) or 1.0
+    im = ax.imshow(image, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
+    if p:
+        for k in range(p, image.shape[0], p):
+            ax.axhline(k - 0.5, color="k", lw=0.6)
+            ax.axvline(k - 0.5, color="k", lw=0.6)
+    fig.colorbar(im, ax=ax)
+    ax.set_title(title or "AGOP (diagonal removed)")
+    return _finish(fig, path)
+
+
+def plot_embedding_pca(projected: np.ndarray, path=None, *, labels: Sequence | None = None,
+                       explained: np.ndarray | None = None, title: str | None = None) -> Figure:
+    """Embeddings on their first two principal components (analysis.representations.pca(...).projected)."""
+    fig = _figure(4.8, 4.4)
+    ax = fig.subplots()
+    proj = np.asarray(projected, dtype=float)
+    xs = proj[:, 0]
+    ys = proj[:, 1] if proj.shape[1] > 1 else np.zeros(len(proj))
+    ax.scatter(xs, ys, c=np.arange(len(proj)), cmap="viridis", s=30)
+    for k, (a, b) in enumerate(zip(xs, ys, strict=True)):
+        ax.annotate(str(labels[k] if labels is not None else k), (a, b), xytext=(3, 3), textcoords="offset points",
+                    fontsize=7)
+    ev = explained if explained is not None else [np.nan, np.nan]
+    ax.set_xlabel(f"PC1 ({ev[0]:.0%})" if np.isfinite(ev[0]) else "PC1")
+    ax.set_ylabel(f"PC2 ({ev[1]:.0%})" if len(ev) > 1 and np.isfinite(ev[1]) else "PC2")
+    ax.set_title(title or "embeddings (PCA)")
+    return _finish(fig, path)

@@ -1,0 +1,68 @@
+"""An interrupted `grokray run` continued with --resume: finished packs are not re-run, one run per config."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _children(uri):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("quickstart")
+    if exp is None:
+        return []
+    return client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",
+                              max_results=1000)
+
+
+@pytest.mark.slow
+def test_interrupted_sweep_resumes_without_rerunning_finished_packs(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    grokray = Path(sys.executable).with_name("grokray")
+    args = [str(grokray), "run", str(ROOT / "sweeps" / "quickstart.yaml"), "--scale", "smoke",
+            "-s", "resources.pack_size=5", "-s", "train.steps=4000", "-s", "phases.budget=4000",
+            "-s", "phases.stop_when_classified=false", "--max-concurrent", "1", "--checkpoint-every", "200",
+            "--tracking-uri", uri, "--storage", str(tmp_path / "results")]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    deadline = time.time() + 150
+    while True:  # interrupt once pack 1 is finished and pack 2 has started logging
+        assert first.poll() is None, first.stdout.read()
+        assert time.time() < deadline, "sweep did not progress"
+        # the Tune experiment directory appears after the driver created the MLflow tables and parent run;
+        # opening the database earlier would race MLflow's schema creation
+        runs = _children(uri) if list((tmp_path / "results").glob("quickstart_*")) else []
+        finished = [r for r in runs if "grokray.phase" in r.data.tags]
+        if len(finished) == 5 and len(runs) == 10 and any(r.data.metrics for r in runs if r not in finished):
+            break
+        time.sleep(0.5)
+    first.send_signal(signal.SIGINT)
+    out, _ = first.communicate(timeout=120)
+    before = {r.data.tags["grokray.trial_key"]: r for r in _children(uri)}
+    done_before = {k: r.info.end_time for k, r in before.items() if "grokray.phase" in r.data.tags}
+    assert len(done_before) == 5, out
+
+    resumed = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    after = _children(uri)
+    keys = [r.data.tags["grokray.trial_key"] for r in after]
+    assert len(keys) == len(set(keys)) == 10  # exactly one run per configuration
+    by_key = {r.data.tags["grokray.trial_key"]: r for r in after}
+    for key, end in done_before.items():
+        assert by_key[key].info.end_time == end  # finished pack not re-run
+    client = MlflowClient(uri)
+    for run in after:
+        assert "grokray.phase" in run.data.tags and run.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+        assert steps == sorted(set(steps)) and steps[-1] == 4000  # no duplicate, none missing at the end
+    parents = client.search_runs([after[0].info.experiment_id], filter_string="tags.`grokray.role` = 'parent'")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"

@@ -320,7 +320,7 @@ def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A
                 _phase_panel(ax, g, fv, None)
             ax.set_title(name + (f"  [{_facet_title(union, fv)}]" if union.facets else ""), fontsize=9)
         ax = axes[row, 2]
-        cells = _facet_cells(union, fv)
+        cells = _facet_cells(union, fv).sort_values("changed", kind="stable")  # changed last: edges on top
         both = cells["phase_a"].notna() & cells["phase"].notna()
         face, edge, width = [], [], []
         for b, ch, pa, pb in zip(both, cells["changed"], cells["phase_a"], cells["phase"], strict=True):

@@ -33,7 +33,7 @@ PHASE_COLORS = {
     "diverged": "#333333",  # near black
 }
 OTHER_COLOR = "#bbbbbb"
-MAX_ANNOTATED = 300  # cells per panel above which agreement is shown by alpha only
+MAX_ANNOTATED = 150  # cells per panel above which agreement is shown by alpha only
 
 
 def _figure(w: float, h: float) -> Figure:
@@ -78,20 +78,23 @@ class _Axis:
         nums = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
         self.numeric = bool(len(values)) and not nums.isna().any()
         self.log = log and self.numeric
+        if self.numeric and not self.log and len(values) > 2:
+            gaps = np.diff(nums.to_numpy(dtype=float))
+            # irregular linear values (wd 0..10, 20) get evenly spaced slots so no cell is a sliver
+            self.numeric = bool(np.allclose(gaps, gaps[0], rtol=1e-6))
         if not self.numeric:
             self.pos = {v: float(i) for i, v in enumerate(values)}
-            centres = np.arange(len(values), dtype=float)
+            centres = np.arange(max(len(values), 1), dtype=float)  # an empty axis still gets one slot
             self.edges = np.concatenate([[-0.5], centres + 0.5])
             return
         v = nums.to_numpy(dtype=float)
         t = np.log10(v) if self.log else v
-        if len(t) == 1:
-            half = np.array([0.5])
+        if len(t) == 1:  # one value: a unit cell (a decade on a log axis, +-50% of the value on a linear one)
+            half = np.array([0.5 if self.log or t[0] == 0 else 0.5 * abs(t[0])])
         else:
             half = np.diff(t) / 2
         inner = t[:-1] + half[: len(t) - 1] if len(t) > 1 else np.array([])
-        first = t[0] - (half[0] if len(t) > 1 else 0.5)
-        last = t[-1] + (half[-1] if len(t) > 1 else 0.5)
+        first, last = t[0] - half[0], t[-1] + half[-1]
         edges_t = np.concatenate([[first], inner, [last]])
         self.edges = 10**edges_t if self.log else edges_t
         self.pos = {val: k for k, val in enumerate(values)}
@@ -163,7 +166,7 @@ def _phase_legend(fig: Figure, phases: Sequence[str], note: str | None = None) -
     handles = [Patch(facecolor=_phase_color(p), label=p.replace("_", " ")) for p in phases]
     if note:
         handles.append(Patch(facecolor="white", edgecolor="none", label=note))
-    fig.legend(handles=handles, loc="outside right upper", frameon=False, title="phase")
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title="phase")
 
 
 def _phase_panel(ax, grid: PhaseGrid, fv: tuple, annotate: bool | None) -> None:
@@ -177,7 +180,7 @@ def _phase_panel(ax, grid: PhaseGrid, fv: tuple, annotate: bool | None) -> None:
         for xv, yv, n, agree in zip(cells[grid.x], cells[grid.y], cells["n"], cells["agreement"], strict=True):
             if n > 1 and agree < 1:
                 ax.text(_centre(ax_x, xv), _centre(ax_y, yv), f"{round(agree * n)}/{n}", ha="center", va="center",
-                        fontsize=7, color="black")
+                        fontsize=7 if len(cells) <= 50 else 5, color="black")
 
 
 def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None,

@@ -26,6 +26,7 @@ from ..config import bounded, to_dict
 from ..errors import SpecError
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
+from ..tasks.algorithmic import is_prime
 from . import MODELS
 
 EXTRA = ("circulant_distance",)  # diagnostic curve beside engine.METRICS
@@ -142,6 +143,9 @@ class RfmTrainer:
 
     Registered with `max_pack_size=1`: an RFM pack holds one member. The registry entry's class attributes
     (`groups = ()`: no optimizer groups; `defaults`: budget and gap in iterations) are read by spec.parse_trial.
+    Every iteration is measured and recorded: train/val loss (MSE over the one-hot targets) and accuracy,
+    weight_norm (the RKHS norm √tr(αᵀKα) of the predictor) and circulant_distance of M. train.batch_size,
+    eval_every and curve_points_per_decade do not apply.
     """
 
     groups: tuple[str, ...] = ()
@@ -175,11 +179,9 @@ class RfmTrainer:
         self.train_idx, self.val_idx = tr.to(self.device), va.to(self.device)
         self.total = min(cfg.train.steps, cfg.phases.budget)
         self.max_steps = [self.total]
-        meta = data.meta
-        p = meta.get("p")
-        self._circ = (p, primitive_root_order(p) if meta.get("op") in ("mul", "div") else None) if p else None
-        if p and x.shape[1] != 2 * p:
-            self._circ = None
+        p, op = data.meta.get("p"), data.meta.get("op")
+        cyclic = op in ("mul", "div") and is_prime(p)  # the multiplicative group is cyclic: reorder by a generator
+        self._circ = (p, primitive_root_order(p) if cyclic else None) if p and x.shape[1] == 2 * p else None
         # State (all of it goes into the checkpoint).
         self.step = 0
         self.M = torch.eye(self.x.shape[1], dtype=self.dtype, device=self.device)

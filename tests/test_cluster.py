@@ -49,7 +49,7 @@ def test_trials_run_on_both_nodes(two_nodes, tmp_path):
     summary = run_sweep(spec, SweepOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
                                            storage=str(tmp_path / "results"), progress=False, min_report_s=0.0,
                                            checkpoint_every=100))
-    assert summary.errored_trials == 0 and summary.packs == 4
+    assert summary.errored_trials == 0 and summary.packs >= 2
     used = {m["node_id"] for m in summary.trial_metrics}
     assert used == nodes, (used, nodes)
-    assert sum(summary.phase_counts.values()) == 10
+    assert sum(summary.phase_counts.values()) == len(spec.points())

@@ -93,3 +93,25 @@ def test_curves_go_in_batches(pack_setup, monkeypatch):
     trainer.run()
     tracker.log_curves(trainer.results())
     assert len(calls) == len(configs) and all(0 < n <= 1000 for n in calls)
+
+
+def test_log_metrics_respects_mlflow_batch_limits():
+    from mlflow.entities import Metric
+
+    from grokray.tracking.mlflow_runs import log_metrics
+
+    class Recorder:
+        def __init__(self):
+            self.batches = []
+
+        def log_batch(self, run_id, metrics=(), params=(), tags=()):
+            self.batches.append((len(metrics), len(params), len(tags)))
+
+    rec = Recorder()
+    metrics = [Metric("train/acc", 0.5, 0, s) for s in range(2500)]
+    calls = log_metrics(rec, "r", metrics, {f"t{i}": i for i in range(30)}, {f"p{i}": i for i in range(150)})
+    assert calls == len(rec.batches)
+    assert sum(b[0] for b in rec.batches) == 2500 and sum(b[1] for b in rec.batches) == 150
+    assert sum(b[2] for b in rec.batches) == 30
+    assert all(m <= 1000 and p + t <= 100 and m + p + t <= 1000 for m, p, t in rec.batches)
+    assert calls == 3

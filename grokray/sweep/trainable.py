@@ -1,9 +1,10 @@
 """The Ray Tune function trainable: one Tune trial trains one pack.
 
 It rebuilds the pack's configurations from plain dicts, restores the last checkpoint if Tune hands one over
-(a retry after a worker died, or --resume), trains in chunks of `checkpoint_every` steps, logs each chunk's new
-curve points to MLflow, and reports to Tune sparsely (at most one result per `min_report_s` per pack, plus the
-last one): Tune only needs progress and a checkpoint, MLflow carries the curves.
+(a retry after a worker died, or --resume) and trains in chunks of `checkpoint_every` steps. After a chunk, if
+`min_report_s` passed since the last report (or the pack is done), it logs the new curve points to MLflow,
+saves a checkpoint and reports to Tune: at most one result per pack per `min_report_s`, as Tune's guidance
+asks. Tune only needs progress and a checkpoint; MLflow carries the curves.
 """
 
 from __future__ import annotations
@@ -59,12 +60,13 @@ def train_pack(config: dict) -> None:
         t0 = time.perf_counter()
         done = trainer.run(until=trainer.step + every)
         train_s += time.perf_counter() - t0
-        results = trainer.results()
-        tracker.log_curves(results)
-        if done:
-            tracker.finish(results, thresholds)
         if not done and time.perf_counter() - last_report < min_report_s:
-            continue
+            continue  # curves and checkpoints go out with the next report: MLflow and Tune both see few calls
+        results = trainer.results()
+        if done:
+            tracker.finish(results, thresholds)  # last points + summaries + phase tag, one batch per member
+        else:
+            tracker.log_curves(results)
         last_report = time.perf_counter()
         metrics = {
             "step": trainer.step,

@@ -101,18 +101,29 @@ def _retry(fn, *args, attempts: int = 6, **kwargs):
     return None
 
 
-def log_metrics(client: MlflowClient, run_id: str, metrics: list[Metric], tags: dict | None = None) -> int:
-    """Send metrics in chunks of <= 1000 per call; tags ride in the last chunk. Returns the number of calls."""
+def log_metrics(client: MlflowClient, run_id: str, metrics: list[Metric], tags: dict | None = None,
+                params: dict | None = None) -> int:
+    """Send metrics, params and tags in as few `log_batch` calls as MLflow's limits allow (1000 metrics,
+    100 params + tags, 1000 entities per call). Params go first, tags ride in the last call. Returns calls made."""
+    param_list = [Param(k, v) for k, v in clean(params or {}).items()]
     tag_list = [RunTag(k, v) for k, v in clean(tags or {}).items()]
-    chunks = [metrics[i : i + MAX_METRICS] for i in range(0, len(metrics), MAX_METRICS)] or [[]]
-    calls = 0
-    for i, chunk in enumerate(chunks):
-        last = i == len(chunks) - 1
-        if not chunk and not (last and tag_list):
-            continue
-        _retry(client.log_batch, run_id, metrics=chunk, tags=tag_list if last else [])
-        calls += 1
-    return calls
+    calls, mi = 0, 0
+    while True:
+        batch_params, param_list = param_list[:MAX_PARAMS_TAGS], param_list[MAX_PARAMS_TAGS:]
+        room_tags = MAX_PARAMS_TAGS - len(batch_params)
+        n_metrics = min(MAX_METRICS - len(batch_params), len(metrics) - mi)
+        batch_metrics = metrics[mi : mi + n_metrics]
+        mi += n_metrics
+        last = not param_list and mi >= len(metrics)
+        batch_tags = []
+        if last:
+            batch_tags, tag_list = tag_list[:room_tags], tag_list[room_tags:]
+            last = not tag_list
+        if batch_params or batch_metrics or batch_tags:
+            _retry(client.log_batch, run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags)
+            calls += 1
+        if last:
+            return calls
 
 
 def get_or_create_experiment(client: MlflowClient, name: str) -> str:
@@ -211,9 +222,10 @@ class SweepTracker:
 class MemberRun:
     """One configuration's child run: created once, found again by trial key, curve logged incrementally."""
 
-    def __init__(self, run_id: str, last_step: dict[str, int]):
+    def __init__(self, run_id: str, last_step: dict[str, int], params: dict | None = None):
         self.run_id = run_id
         self.last_step = last_step  # metric key -> last step stored
+        self.pending_params = params or {}  # sent with the first batch of metrics
 
 
 class PackTracker:
@@ -261,7 +273,10 @@ class PackTracker:
             if node_id:
                 _retry(self.client.set_tag, found.info.run_id, "grokray.node", node_id)
                 self.calls += 1
-            self.runs.append(MemberRun(found.info.run_id, last))
+            from ..sweep.expand import flatten
+
+            pending = {} if found.data.params else flatten(member["config"])  # died before its first batch
+            self.runs.append(MemberRun(found.info.run_id, last, pending))
 
     def _create(self, member: dict, node_id: str) -> MemberRun:
         from ..sweep.expand import flatten
@@ -282,20 +297,20 @@ class PackTracker:
             "grokray.node": node_id,
         }
         run = _retry(self.client.create_run, ctx["experiment_id"], run_name=member["name"], tags=clean(tags))
-        params = [Param(k, v) for k, v in clean(flatten(cfg)).items()]
-        for i in range(0, len(params), MAX_PARAMS_TAGS):
-            _retry(self.client.log_batch, run.info.run_id, params=params[i : i + MAX_PARAMS_TAGS])
-            self.calls += 1
         self.calls += 1
-        return MemberRun(run.info.run_id, {})
+        return MemberRun(run.info.run_id, {}, flatten(cfg))
 
     def log_curves(self, results) -> None:
         """Curve points past the last stored step of each series, one log_batch per <= 1000 points."""
-        self._timed(self._log_curves, results)
+        self._timed(self._log, results, None)
 
-    def _log_curves(self, results) -> None:
+    def finish(self, results, thresholds: list[float]) -> None:
+        """Remaining curve points, summary metrics and the phase tag in one batch; then end each run."""
+        self._timed(self._log, results, thresholds)
+
+    def _log(self, results, thresholds) -> None:
         now = _now_ms()
-        for run, result in zip(self.runs, results, strict=True):
+        for i, (run, result) in enumerate(zip(self.runs, results, strict=True)):
             metrics = []
             steps = result.curve.get("step", [])
             for key, values in result.curve.items():
@@ -306,18 +321,15 @@ class PackTracker:
                     if step > last and value is not None and math.isfinite(value):
                         metrics.append(Metric(key, float(value), now, int(step)))
                         run.last_step[key] = step
-            if metrics:
-                self.calls += log_metrics(self.client, run.run_id, metrics)
-
-    def finish(self, results, thresholds: list[float]) -> None:
-        self._timed(self._finish, results, thresholds)
-
-    def _finish(self, results, thresholds) -> None:
-        now = _now_ms()
-        for run, result, thr in zip(self.runs, results, thresholds, strict=True):
-            summary = result.summary(thr)
-            metrics = [Metric(k, float(v), now, int(result.steps_run)) for k, v in summary.items()
-                       if v is not None and math.isfinite(float(v))]
-            self.calls += log_metrics(self.client, run.run_id, metrics, {PHASE_TAG: result.phase})
-            _retry(self.client.set_terminated, run.run_id, "FINISHED")
-            self.calls += 1
+            tags = None
+            if thresholds is not None:
+                summary = result.summary(thresholds[i])
+                metrics += [Metric(k, float(v), now, int(result.steps_run)) for k, v in summary.items()
+                            if v is not None and math.isfinite(float(v))]
+                tags = {PHASE_TAG: result.phase}
+            if metrics or tags or run.pending_params:
+                self.calls += log_metrics(self.client, run.run_id, metrics, tags, run.pending_params)
+                run.pending_params = {}
+            if thresholds is not None:
+                _retry(self.client.set_terminated, run.run_id, "FINISHED")
+                self.calls += 1

@@ -100,3 +100,19 @@ def test_incompatible_configs_refuse_to_share_a_pack():
     assert pack_signature(cfgs[0]) != pack_signature(cfgs[1])
     with pytest.raises(ValueError, match="share"):
         PackTrainer(cfgs)
+
+
+def test_compaction_drops_finished_members_and_survives_resume(tmp_path):
+    cfgs = configs([["train.steps=120"], [], DIVERGING, ["seeds=[7]", "optim.default.lr=0.02"]], SGD)
+    whole = PackTrainer(cfgs)
+    whole.run()
+    part = PackTrainer(cfgs)
+    part.run(until=150)
+    assert part.K == 2 and part.members == [1, 3]  # halved once two of four had stopped (at step 120)
+    save_checkpoint(part, tmp_path / "pack.pt")
+    resumed = PackTrainer(cfgs)
+    load_checkpoint(resumed, tmp_path / "pack.pt")
+    resumed.run()
+    for cfg, a, b in zip(cfgs, whole.results(), resumed.results(), strict=True):
+        assert_same(a, b, tol=0.0)
+        assert_same(a, alone(cfg))

@@ -8,6 +8,7 @@ stream is per member, and the loss is a sum of per-member losses.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -23,6 +24,11 @@ from ..phases import gap as phase_gap
 from .schedule import auto_eval_every, record_steps
 
 METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
+# Trainer attributes with one row per pack member (dimension 0), selected together when the pack compacts.
+PER_MEMBER_TENSORS = (
+    "train_idx", "train_w", "w_train_all", "train_mask_all", "val_mask_all", "n_train", "n_val", "has_val",
+    "threshold", "cross_train", "cross_val", "diverged", "active", "last",
+)
 SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")
 EVAL_CHUNK = 16384  # samples per member per no-grad eval forward
 # Gradients accumulate in place into views of a flat buffer (models/base.py); torch notes that such views do not
@@ -152,7 +158,11 @@ class PackTrainer:
         self.diverged = torch.zeros(K, dtype=torch.bool, device=self.device)
         self.active = torch.ones(K, dtype=torch.bool, device=self.device)
         self.last = torch.full((K, len(METRICS)), math.nan, dtype=torch.float64, device=self.device)
-        self.stopped_at = [None] * K  # step at which each member stopped (host side)
+        self.stopped_at = [None] * K  # per original member: the step at which it stopped (host side)
+        self.members = list(range(K))  # original index of each row still in the pack (see _compact)
+        self.finished: dict[int, MemberResult] = {}  # results of members compacted out of the pack
+        self.all_configs = list(configs)
+        self.compact = not train.compile  # a compiled update would recompile for every new pack shape
         self.curve_steps: list[int] = []
         self.curve_rows: list[torch.Tensor] = []  # [K, n_metrics] per recorded step, moved to CPU at checks
 
@@ -231,7 +241,7 @@ class PackTrainer:
             else:
                 row = self._metrics_row(None, None, None, None, False)
         self._observe(row, train_loss.detach(), t)
-        if record:
+        if record and (not self.curve_steps or self.curve_steps[-1] != t):  # final_eval may have measured t
             self.curve_steps.append(t)
             self.curve_rows.append(row.detach())
         self.model.zero_grad_flat()
@@ -242,7 +252,7 @@ class PackTrainer:
         self.step = t + 1
 
     def final_eval(self):
-        """Measure the state after the last update (step == total) for members still running."""
+        """Measure the state after the last update of a member whose steps end here (and of the pack)."""
         s = self._evaluate()
         row = self._metrics_row(s[0], s[1], s[2], s[3])
         self._observe(row, s[0], self.step)
@@ -261,11 +271,42 @@ class PackTrainer:
             st, sv = (tr[k] if tr[k] >= 0 else None), (va[k] if va[k] >= 0 else None)
             decided = cfg.phases.stop_when_classified and is_decided(st, sv, div[k], self.step, cfg.phases)
             if div[k] or decided or self.step >= self.max_steps[k]:
-                self.stopped_at[k] = self.step
+                self.stopped_at[self.members[k]] = self.step
                 self.active[k] = False
         if any(div):  # keep NaN out of later arithmetic on frozen members
             for flat in self.model.flat.values():
                 flat.nan_to_num_(0.0, 0.0, 0.0)
+        running = sum(act_k and self.stopped_at[m] is None for act_k, m in zip(act, self.members, strict=True))
+        if self.compact and 0 < running <= self.K // 2:
+            self._compact()
+
+    def _compact(self):
+        """Drop stopped members from the stacked tensors, so their compute stops too (halving, so rarely).
+
+        Their results are computed now and kept; the rest of the pack computes exactly what it did before,
+        since members never interact.
+        """
+        current = self._results_now()
+        keep = [k for k, m in enumerate(self.members) if self.stopped_at[m] is None]
+        for k, m in enumerate(self.members):
+            if self.stopped_at[m] is not None:
+                self.finished[m] = current[k]
+        self._select(keep)
+
+    def _select(self, keep: list[int]):
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        for name in PER_MEMBER_TENSORS:
+            setattr(self, name, getattr(self, name).index_select(0, idx))
+        for name in ("configs", "members", "max_steps", "member_records"):
+            setattr(self, name, [getattr(self, name)[k] for k in keep])
+        self.curve_rows = [row.index_select(0, idx) for row in self.curve_rows]
+        self.rng.select(keep)
+        self.model.select_members(idx)
+        for g, opt in self.optimizers.items():
+            opt.select_members(idx, self.model.flat[g], self.model.flat_grad[g], self.model.pad_masks.get(g))
+        self.K = len(keep)
+        self.total = max(self.max_steps)
+        self.record_set = set().union(*self.member_records)
 
     def done(self) -> bool:
         return all(s is not None for s in self.stopped_at)
@@ -275,8 +316,9 @@ class PackTrainer:
         stop = self.total if until is None else min(until, self.total)
         while not self.done() and self.step < stop:
             self.train_step()
-            if self.step % self.check_every == 0 or self.step >= self.total:
-                if self.step >= self.total:
+            ends = self.step in self.max_steps  # some member's last step: measure it, as it would be alone
+            if self.step % self.check_every == 0 or self.step >= self.total or ends:
+                if ends:
                     self.final_eval()
                 self._check()
                 if on_check is not None:
@@ -286,11 +328,17 @@ class PackTrainer:
         return self.done()
 
     def results(self) -> list[MemberResult]:
+        """One result per configuration, in the order the pack was given them."""
+        now = dict(zip(self.members, self._results_now(), strict=True))
+        return [self.finished[m] if m in self.finished else now[m] for m in range(len(self.all_configs))]
+
+    def _results_now(self) -> list[MemberResult]:
         rows = torch.stack(self.curve_rows).cpu().tolist() if self.curve_rows else []  # [T, K, M]
         tr, va, last = self.cross_train.tolist(), self.cross_val.tolist(), self.last.cpu().tolist()
         out = []
         for k, cfg in enumerate(self.configs):
-            stop = self.stopped_at[k] if self.stopped_at[k] is not None else self.step
+            m = self.members[k]
+            stop = self.stopped_at[m] if self.stopped_at[m] is not None else self.step
             st, sv = (tr[k] if tr[k] >= 0 else None), (va[k] if va[k] >= 0 else None)
             diverged = bool(self.diverged[k])
             phase = classify(st, sv, diverged, cfg.phases)
@@ -310,8 +358,10 @@ class PackTrainer:
     # -- checkpoints: tensors, lists and numbers only, so they load with weights_only=True --------------------
     def state_dict(self) -> dict:
         return {
-            "version": 1,
-            "configs": [to_dict(c) for c in self.configs],
+            "version": 2,
+            "configs": [to_dict(c) for c in self.all_configs],
+            "members": list(self.members),
+            "finished": {m: dataclasses.asdict(r) for m, r in self.finished.items()},
             "step": self.step,
             "model": {g: flat.clone() for g, flat in self.model.flat.items()},
             "optim": {g: o.state_dict() for g, o in self.optimizers.items()},
@@ -327,8 +377,11 @@ class PackTrainer:
         }
 
     def load_state_dict(self, state: dict):
-        if state["configs"] != [to_dict(c) for c in self.configs]:
+        if state["configs"] != [to_dict(c) for c in self.all_configs]:
             raise ValueError("checkpoint belongs to different configurations")
+        if state["members"] != self.members:  # the checkpointed pack had compacted
+            self._select([self.members.index(m) for m in state["members"]])
+        self.finished = {m: MemberResult(**r) for m, r in state["finished"].items()}
         self.step = state["step"]
         for g, flat in state["model"].items():
             self.model.flat[g].copy_(flat)

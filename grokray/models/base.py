@@ -51,15 +51,32 @@ class PackedModel(torch.nn.Module):
             )
             self.layout[name] = (group, start, start + pieces[group][-1].shape[1], tuple(stacked.shape[1:]))
         self.flat = {g: torch.cat(pieces[g], 1).to(dtype=dtype, device=device) for g in self.groups if pieces[g]}
-        self.flat_grad = {g: torch.zeros_like(f) for g, f in self.flat.items()}
         self.pad_masks = {g: torch.cat(masks[g], 1).to(device) for g in self.flat if not torch.cat(masks[g], 1).all()}
+        self._build_leaves()
+        self.head = self.make_head(configs, data, gens, dtype, device)
+
+    def _build_leaves(self):
+        """Named leaf parameters as views of the flat buffers, their grads as views of the flat grads."""
+        self.flat_grad = {g: torch.zeros_like(f) for g, f in self.flat.items()}
         self.leaves = torch.nn.ParameterDict()
         for name, (group, start, stop, shape) in self.layout.items():
-            leaf = torch.nn.Parameter(self.flat[group][:, start:stop].view(K, *shape))
-            leaf.grad = self.flat_grad[group][:, start:stop].view(K, *shape)
+            leaf = torch.nn.Parameter(self.flat[group][:, start:stop].view(-1, *shape))
+            leaf.grad = self.flat_grad[group][:, start:stop].view(-1, *shape)
             self.leaves[name.replace(".", "__")] = leaf
         self._by_name = {name: self.leaves[name.replace(".", "__")] for name in self.layout}
-        self.head = self.make_head(configs, data, gens, dtype, device)
+
+    def select_members(self, idx: torch.Tensor):
+        """Keep only rows `idx` (a pack compacting away its finished members)."""
+        self.flat = {g: f.index_select(0, idx) for g, f in self.flat.items()}
+        self.pad_masks = {g: m.index_select(0, idx) for g, m in self.pad_masks.items()}
+        self._build_leaves()
+        self.configs = [self.configs[i] for i in idx.tolist()]
+        if hasattr(self.head, "select"):
+            self.head = self.head.select(idx)
+        self.select_extra(idx)
+
+    def select_extra(self, idx: torch.Tensor):
+        """Families with per-member buffers of their own (beyond params and head) select them here."""
 
     # -- what a family provides -------------------------------------------------------------------------
     @staticmethod

@@ -41,6 +41,9 @@ class TargetVectorHead:
         self.targets = targets
         self.out_dim = targets.shape[-1]
 
+    def select(self, idx):
+        return TargetVectorHead(self.targets.index_select(0, idx))
+
     def per_sample(self, out, y):
         goal = torch.gather(self.targets, 1, y.unsqueeze(-1).expand(-1, -1, self.out_dim))
         loss = (out - goal).pow(2).mean(-1)
@@ -50,3 +53,31 @@ class TargetVectorHead:
 
 def target_vectors(gen: torch.Generator, num_classes: int, dim: int) -> torch.Tensor:
     return torch.randn((num_classes, dim), generator=gen, dtype=torch.float64)
+
+
+class ScalarRegressionHead:
+    """Squared error to a scalar target (cubic teacher); correct = |prediction − target| < `tolerance`.
+
+    The squared error is the loss, so `val/loss` is the test MSE and sqrt(val/loss) the test RMSE. The tolerance
+    turns a regression into an accuracy, so crossing steps and phases apply unchanged.
+    """
+
+    out_dim = 1
+
+    def __init__(self, tolerance: float):
+        self.tolerance = tolerance
+
+    def per_sample(self, out, y):
+        err = out.squeeze(-1) - y.to(out.dtype)
+        return err.pow(2), err.abs() < self.tolerance
+
+
+def make_head(loss: str, data, dtype=torch.float32):
+    """The head a plain-output family (mlp, quadratic, two_layer) uses for `data`.
+
+    Regression tasks (no classes) get the scalar head with the task's tolerance; classification tasks get MSE to
+    one-hot targets (`loss="mse"`) or cross-entropy (`loss="cross_entropy"`).
+    """
+    if data.num_classes is None:
+        return ScalarRegressionHead(float(data.meta.get("tolerance", 0.5)))
+    return OneHotMSEHead(data.num_classes) if loss == "mse" else ClassificationHead(data.num_classes)

@@ -72,6 +72,9 @@ class TransformerModel(PackedModel):
     def group_of(self, name):
         return "embedding" if name in ("tok", "pos") else "decoder"
 
+    def select_extra(self, idx):
+        self.dropout = self.dropout.index_select(0, idx)
+
     def tokens(self, x):
         """[K, B, 2] symbol pairs -> [K, B, 3 or 4] token ids ending in '='."""
         eq = torch.full_like(x[..., :1], self.eq_token)

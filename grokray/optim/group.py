@@ -20,6 +20,9 @@ class MemberRandom:
     def rand(self, shape, dtype, device) -> torch.Tensor:
         return torch.stack([torch.rand(shape, generator=g, dtype=dtype, device=device) for g in self.generators])
 
+    def select(self, keep: list[int]):
+        self.generators = [self.generators[k] for k in keep]
+
     def state_dict(self):
         return [g.get_state() for g in self.generators]
 
@@ -111,6 +114,16 @@ class GroupOptimizer:
         # The 1-based step as a tensor, so a compiled update is not specialised on (recompiled for) each step.
         n = torch.tensor(float(step + 1), dtype=self.param.dtype, device=self.param.device)
         self._update(self.param, self.grad, self.scratch, lr, h, self.state, n, noise)
+
+    def select_members(self, idx: torch.Tensor, param, grad, pad_mask):
+        """Follow a pack that dropped members: keep rows `idx` of every per-member tensor."""
+        self.param, self.grad = param, grad
+        self.h = {k: v.index_select(0, idx) for k, v in self.h.items()}
+        self.state = {k: None if v is None else v.index_select(0, idx) for k, v in self.state.items()}
+        self.scratch = torch.empty_like(param)
+        self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
+        if self.noise is not None:
+            self.noise.select(idx.tolist())
 
     def state_dict(self) -> dict:
         out = {k: v.clone() for k, v in self.state.items() if v is not None}

@@ -148,3 +148,21 @@ def test_sweep_logs_through_an_mlflow_server(local_ray, tmp_path, mlflow_server,
     direct = MlflowClient(f"sqlite:///{db}")
     exp = direct.get_experiment_by_name("quickstart")
     assert len(direct.search_runs([exp.experiment_id], max_results=1000)) == 1 + len(spec.points())
+
+
+def test_progress_line_counts_and_stays_quiet_without_tty(capsys):
+    from grokray.sweep.runner import ProgressLine
+
+    class T:
+        def __init__(self, i):
+            self.trial_id = str(i)
+
+    line = ProgressLine(total_configs=10, total_work=10 * 100, enabled=None)
+    line.setup()  # stdout is captured, not a terminal: the line stays off
+    line.on_trial_result(0, [], T(0), {"members_done": 3, "members": 5, "step": 100,
+                                       "phases": {"grokking": 1, "confusion": 2}})
+    line.on_trial_result(0, [], T(1), {"members_done": 0, "members": 5, "step": 50, "phases": {}})
+    line.on_experiment_end([])
+    assert capsys.readouterr().out == ""
+    text = line.line()
+    assert text.startswith("[grokray] 3/10 configurations | confusion 2 grokking 1 |") and "ETA" in text

@@ -5,6 +5,6 @@ from .base import PackedModel
 
 MODELS = Registry("model")
 
-from . import rfm, toy, transformer  # noqa: E402,F401  (registers entries)
+from . import mlp, quadratic, rfm, toy, transformer, two_layer  # noqa: E402,F401  (registers entries)
 
 __all__ = ["MODELS", "PackedModel"]

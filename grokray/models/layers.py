@@ -88,3 +88,17 @@ def pad_stack(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor |
         out[region] = t
         mask[region] = True
     return out, mask
+
+
+def input_dim(data) -> int:
+    """Width of the network input for `data`: one-hot per symbol for symbol tasks, else the feature count."""
+    if data.x.is_floating_point():
+        return int(data.x.shape[-1])
+    return int(data.x.shape[-1]) * int(data.vocab_size)
+
+
+def encode_inputs(x: torch.Tensor, vocab_size: int | None, dtype) -> torch.Tensor:
+    """[K, B, n_symbols] symbol ids -> [K, B, n_symbols·vocab] one-hot(a) ⊕ one-hot(b) ⊕ ...; floats pass through."""
+    if x.is_floating_point():
+        return x
+    return F.one_hot(x, vocab_size).flatten(-2).to(dtype)

@@ -5,6 +5,6 @@ from .base import TaskData
 
 TASKS = Registry("task")
 
-from . import algorithmic  # noqa: E402,F401  (registers entries)
+from . import algorithmic, images, teacher  # noqa: E402,F401  (registers entries)
 
 __all__ = ["TASKS", "TaskData"]

@@ -24,7 +24,8 @@ from .models import MODELS
 from .tasks import TASKS
 
 TRIAL_KEYS = ("task", "model", "optim", "train", "phases", "seed")
-SPEC_KEYS = ("name", "description", *TRIAL_KEYS[:-1], "seeds", "sweep", "resources", "smoke", "search", "adaptive")
+SPEC_KEYS = ("name", "description", *TRIAL_KEYS[:-1], "seeds", "sweep", "resources", "smoke", "search", "adaptive",
+             "artifacts")
 AXIS_KINDS = ("values", "linspace", "logspace", "range")
 
 
@@ -55,6 +56,15 @@ class ResourcesConfig:
     def validate(self, path):
         if isinstance(self.pack_size, int) and self.pack_size < 1:
             raise SpecError(f"{path}.pack_size", f"got {self.pack_size}; must be >= 1 or 'auto'")
+
+
+@dataclass
+class ArtifactsConfig:
+    """What a sweep stores beside the metrics. final_state: each configuration's final parameters (rfm: its
+    feature matrix M) as the artifact final_state.pt of its child run (tensors only; read by analysis.artifacts).
+    Finished members then stay in their pack's stacked tensors until the pack ends (no compaction)."""
+
+    final_state: bool = False
 
 
 def _registered(registry, raw, path):
@@ -154,6 +164,7 @@ class Spec:
     seeds: list[int]
     resources: ResourcesConfig
     log_axes: set[str] = field(default_factory=set)
+    artifacts: ArtifactsConfig = field(default_factory=ArtifactsConfig)
 
     def points(self) -> list[dict]:
         """Every swept point as {dotted key: value}, seeds last (so seeds of one point are neighbours)."""
@@ -237,13 +248,15 @@ def build_spec(
     if not seeds:
         raise SpecError("seeds", "expected at least one seed")
     resources = parse_dataclass(ResourcesConfig, raw.get("resources") or {}, "resources")
+    artifacts = parse_dataclass(ArtifactsConfig, raw.get("artifacts"), "artifacts")
     sweep = raw.get("sweep") or {}
     if not isinstance(sweep, dict):
         raise SpecError("sweep", f"expected a mapping of dotted field -> axis, got {sweep!r}")
     axes = {key: axis_values(f"sweep.{key}", axis) for key, axis in sweep.items()}
     log_axes = {key for key, axis in sweep.items() if "logspace" in axis}
     base = {k: raw[k] for k in TRIAL_KEYS[:-1] if k in raw}
-    spec = Spec(name=name, raw=raw, base=base, axes=axes, seeds=seeds, resources=resources, log_axes=log_axes)
+    spec = Spec(name=name, raw=raw, base=base, axes=axes, seeds=seeds, resources=resources, log_axes=log_axes,
+                artifacts=artifacts)
     parse_trial(base)  # the base itself must be valid
     for key, values in axes.items():  # each axis must name a real field; every value must be valid
         if key.split(".")[0] not in TRIAL_KEYS:

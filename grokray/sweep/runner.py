@@ -206,6 +206,7 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
                 "min_report_s": options.min_report_s,
                 "cpu": spec.resources.cpu,
                 "gpu": spec.resources.gpu,
+                "final_state": spec.artifacts.final_state,
             }
             tuner = tune.Tuner(
                 trainable,

@@ -51,6 +51,9 @@ def train_pack(config: dict) -> None:
     tracker = PackTracker(ctx, pack)
     tracker.open(node_id)
     thresholds = [c.phases.threshold for c in configs]
+    save_states = bool(ctx.get("final_state"))
+    if save_states and hasattr(trainer, "compact"):
+        trainer.compact = False  # finished members keep their rows, so their final parameters are still there
 
     every = max(1, int(ctx.get("checkpoint_every", 1000)))
     min_report_s = float(ctx.get("min_report_s", 10.0))
@@ -64,6 +67,10 @@ def train_pack(config: dict) -> None:
             continue  # curves and checkpoints go out with the next report: MLflow and Tune both see few calls
         results = trainer.results()
         if done:
+            if save_states:
+                from .states import STATE_ARTIFACT, member_states
+
+                tracker.log_states(member_states(trainer), STATE_ARTIFACT)  # before the phase tag marks it done
             tracker.finish(results, thresholds)  # last points + summaries + phase tag, one batch per member
         else:
             tracker.log_curves(results)

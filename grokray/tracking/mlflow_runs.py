@@ -308,6 +308,24 @@ class PackTracker:
         """Remaining curve points, summary metrics and the phase tag in one batch; then end each run."""
         self._timed(self._log, results, thresholds)
 
+    def log_states(self, states: list, name: str = "final_state.pt") -> None:
+        """Each member's final state (a dict of tensors, or None) as the artifact `name` of its child run."""
+        self._timed(self._log_states, states, name)
+
+    def _log_states(self, states: list, name: str) -> None:
+        import tempfile
+
+        import torch
+
+        for run, state in zip(self.runs, states, strict=True):
+            if state is None:
+                continue
+            with tempfile.TemporaryDirectory() as d:
+                path = Path(d) / name
+                torch.save(state, path)
+                _retry(self.client.log_artifact, run.run_id, str(path))
+            self.calls += 1
+
     def _log(self, results, thresholds) -> None:
         now = _now_ms()
         for i, (run, result) in enumerate(zip(self.runs, results, strict=True)):

@@ -395,10 +395,11 @@ class PackTrainer:
         self.curve_rows = [r.to(self.device) for r in state["curve_rows"]] if len(state["curve_rows"]) else []
 
 
-def save_checkpoint(trainer: PackTrainer, path) -> None:
+def save_checkpoint(trainer, path) -> None:
+    """Any trainer (PackTrainer, RfmTrainer, ...): its state_dict holds tensors, lists and numbers only."""
     torch.save(trainer.state_dict(), path)
 
 
-def load_checkpoint(trainer: PackTrainer, path) -> None:
+def load_checkpoint(trainer, path) -> None:
     """Restore with weights_only=True: a crafted pickle in a checkpoint cannot run code."""
-    trainer.load_state_dict(torch.load(path, map_location=trainer.device, weights_only=True))
+    trainer.load_state_dict(torch.load(path, map_location=getattr(trainer, "device", "cpu"), weights_only=True))

@@ -153,6 +153,7 @@ class RfmTrainer:
     # Iterations, not steps: grokking shows within ~10-40 iterations; crossings are exact (every iteration is
     # measured), and a gap of 5 iterations separates RFM's sharp delayed transition from immediate generalization.
     defaults = {"train": {"steps": 50, "dtype": "float64"}, "phases": {"budget": 50, "gap": 5}}
+    example = {"task": {"name": "modular", "p": 7, "train_fraction": 0.6}, "model": {"name": "rfm"}}  # contract test
 
     def __init__(self, configs: list, device: str = "cpu"):
         if len(configs) != 1:

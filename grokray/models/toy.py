@@ -35,6 +35,12 @@ class ToyConfig:
 
 @MODELS.register("toy", ToyConfig)
 class ToyModel(PackedModel):
+    example = {  # the contract-test size: Liu's addition at p=5, a narrow decoder
+        "task": {"name": "addition", "p": 5, "train_fraction": 0.6},
+        "model": {"name": "toy", "embed_dim": 2, "hidden": [16]},
+        "optim": {"default": {"name": "adamw", "lr": 1e-2}},
+    }
+
     groups = ("embedding", "decoder")
     per_member_fields = frozenset({"hidden"})
 

@@ -36,6 +36,12 @@ class TransformerConfig:
 
 @MODELS.register("transformer", TransformerConfig)
 class TransformerModel(PackedModel):
+    example = {  # the contract-test size
+        "task": {"name": "modular", "p": 5, "train_fraction": 0.6},
+        "model": {"name": "transformer", "d_model": 8, "n_heads": 2, "d_mlp": 16},
+        "optim": {"default": {"name": "adamw", "lr": 1e-2}},
+    }
+
     groups = ("embedding", "decoder")
     per_member_fields = frozenset({"d_mlp", "dropout"})
 

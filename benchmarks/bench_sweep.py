@@ -1,0 +1,158 @@
+"""The same 8x8 toy grid (Liu's addition, decoder lr x weight decay) two ways, on this machine's CPUs:
+
+(a) plain Ray Tune as a user would write it: one trial per configuration, a hand-written torch training
+    loop, `tune.report` every 100 steps, `MLflowLoggerCallback`;
+(b) `grokray run` (packed trials, batched MLflow logging).
+
+Both train every configuration for the full budget (grokray's early stop is switched off, so the work is
+equal). Prints wall times, the ratio, and the share of grokray's time spent outside training (Ray + MLflow).
+
+    .venv/bin/python benchmarks/bench_sweep.py [--steps 3000] [--only plain|grokray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+LRS = [float(v) for v in np.logspace(-4, -2, 8)]
+WDS = [0, 1, 2, 3, 5, 8, 13, 20]
+P, TRAIN_SIZE = 10, 45
+
+
+# -- (a) plain Ray Tune ------------------------------------------------------------------------------------
+def plain_trainable(config):
+    import torch
+    from ray import tune
+    from torch import nn
+
+    torch.set_num_threads(1)
+    torch.manual_seed(config["seed"])
+    pairs = [(i, j) for i in range(P) for j in range(i, P)]  # unordered pairs, 55 samples
+    a = torch.tensor([i for i, _ in pairs])
+    b = torch.tensor([j for _, j in pairs])
+    y = a + b  # 2p - 1 classes
+    perm = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(config["seed"]))
+    tr, va = perm[:TRAIN_SIZE], perm[TRAIN_SIZE:]
+
+    class Toy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(P, 1)
+            nn.init.uniform_(self.emb.weight, -0.5, 0.5)
+            self.dec = nn.Sequential(nn.Linear(1, 200), nn.Tanh(), nn.Linear(200, 200), nn.Tanh(),
+                                     nn.Linear(200, 2 * P - 1))
+
+        def forward(self, a, b):
+            return self.dec(self.emb(a) + self.emb(b))
+
+    model = Toy()
+    opt = torch.optim.AdamW([
+        {"params": model.emb.parameters(), "lr": 1e-3, "weight_decay": 0.0},
+        {"params": model.dec.parameters(), "lr": config["lr"], "weight_decay": config["wd"]},
+    ])
+    loss_fn = nn.CrossEntropyLoss()
+    for step in range(config["steps"] + 1):
+        if step % 100 == 0:
+            with torch.no_grad():
+                out = model(a, b)
+                metrics = {
+                    "train_loss": loss_fn(out[tr], y[tr]).item(),
+                    "train_acc": (out[tr].argmax(1) == y[tr]).float().mean().item(),
+                    "val_loss": loss_fn(out[va], y[va]).item(),
+                    "val_acc": (out[va].argmax(1) == y[va]).float().mean().item(),
+                    "step": step,
+                }
+            tune.report(metrics)
+        if step == config["steps"]:
+            break
+        opt.zero_grad()
+        loss_fn(model(a[tr], b[tr]), y[tr]).backward()
+        opt.step()
+
+
+def run_plain(steps: int, workdir: Path) -> dict:
+    import ray
+    from ray import tune
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+    t0 = time.perf_counter()
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    uri = f"sqlite:///{workdir}/plain-mlflow.db"
+    tuner = tune.Tuner(
+        tune.with_resources(plain_trainable, {"cpu": 1}),
+        param_space={"lr": tune.grid_search(LRS), "wd": tune.grid_search(WDS), "seed": 0, "steps": steps},
+        run_config=tune.RunConfig(name="plain", storage_path=str(workdir / "plain-results"), verbose=0,
+                                  callbacks=[MLflowLoggerCallback(tracking_uri=uri, experiment_name="plain")]),
+    )
+    results = tuner.fit()
+    wall = time.perf_counter() - t0
+    ray.shutdown()
+    assert not results.errors, results.errors
+    return {"wall_s": wall, "trials": len(results), "model_steps": len(results) * steps}
+
+
+# -- (b) grokray run ---------------------------------------------------------------------------------------
+def run_grokray(steps: int, workdir: Path) -> dict:
+    from grokray.spec import load_spec
+    from grokray.sweep.runner import SweepOptions, run_sweep
+
+    overrides = [
+        f"sweep.optim.decoder.lr.logspace=[-4, -2, {len(LRS)}]",
+        f"sweep.optim.decoder.weight_decay.values={json.dumps(WDS)}",
+        f"train.steps={steps}", f"phases.budget={steps}", "phases.stop_when_classified=false",
+    ]
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides)
+    t0 = time.perf_counter()
+    summary = run_sweep(spec, SweepOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
+                                           storage=str(workdir / "grokray-results"), progress=False))
+    wall = time.perf_counter() - t0
+    assert summary.errored_trials == 0
+    slots = max(1, min(summary.packs, os.cpu_count() or 1))
+    train = sum(m.get("train_s", 0.0) for m in summary.trial_metrics)
+    mlflow_worker = sum(m.get("mlflow_s", 0.0) for m in summary.trial_metrics)
+    core_s = wall * slots
+    return {
+        "wall_s": wall, "configurations": summary.configurations, "packs": summary.packs,
+        "model_steps": summary.configurations * steps, "train_core_s": train,
+        "mlflow_worker_s": mlflow_worker, "mlflow_calls": sum(m.get("mlflow_calls", 0) for m in summary.trial_metrics),
+        "overhead_share": 1 - train / core_s, "mlflow_share": mlflow_worker / core_s,
+        "phase_counts": summary.phase_counts,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--only", choices=["plain", "grokray"])
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    out = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+           "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "grid": f"{len(LRS)}x{len(WDS)}"}
+    with tempfile.TemporaryDirectory() as d:
+        if args.only != "plain":
+            out["grokray"] = g = run_grokray(args.steps, Path(d))
+            print(f"grokray: {g['wall_s']:.1f} s for {g['configurations']} configurations in {g['packs']} packs "
+                  f"({g['model_steps'] / g['wall_s']:.0f} model-steps/s); outside training (Ray + MLflow) "
+                  f"{g['overhead_share']:.1%} of core-time, MLflow alone {g['mlflow_share']:.1%} "
+                  f"({g['mlflow_calls']} requests)", flush=True)
+        if args.only != "grokray":
+            out["plain"] = p = run_plain(args.steps, Path(d))
+            print(f"plain Ray Tune: {p['wall_s']:.1f} s for {p['trials']} trials "
+                  f"({p['model_steps'] / p['wall_s']:.0f} model-steps/s)", flush=True)
+        if "plain" in out and "grokray" in out:
+            out["ratio"] = out["plain"]["wall_s"] / out["grokray"]["wall_s"]
+            print(f"wall-time ratio plain / grokray: {out['ratio']:.2f}x")
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

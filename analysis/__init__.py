@@ -5,6 +5,7 @@ functions in `analysis.plots` only draw them. mlflow is imported when runs are l
 `analysis.plots` is imported.
 """
 
+from .artifacts import load_states, representation_metrics, state_metrics
 from .diagram import (
     Comparison,
     FractionCurve,
@@ -21,6 +22,7 @@ from .diagram import (
 )
 from .effective_theory import addition_pairs, p_unique, p_unique_curve, parallelogram_matrix, unique_linear
 from .load import load_curves, load_runs, parent_runs, runs_to_frame
+from .report import Analysis, analyze
 from .representations import (
     CirculantDistance,
     FourierSpectrum,
@@ -38,6 +40,7 @@ from .representations import (
 )
 
 __all__ = [
+    "Analysis", "analyze", "load_states", "representation_metrics", "state_metrics",
     "CirculantDistance", "Comparison", "FourierSpectrum", "FractionCurve", "PCAResult", "PhaseGrid",
     "addition_pairs", "agop_circulant_distance", "agop_image", "circulant_distance", "compare", "embedding_scale",
     "explained_variance_entropy", "fourier_spectrum", "generalization_vs_fraction", "is_log_spaced", "load_curves",

@@ -67,6 +67,28 @@ def _run(args) -> int:
     return 1 if summary.errored_trials else 0
 
 
+def _analyze(args) -> int:
+    from .tracking import resolve_tracking_uri
+
+    if args.experiment is None and args.parent is None:
+        raise SpecError("--experiment", "give the experiment (the spec's name) or --parent RUN_ID")
+    uri = resolve_tracking_uri(args.tracking_uri)
+    from analysis.report import analyze, summary_lines
+
+    try:
+        result = analyze(args.output, experiment=args.experiment, parent_run_id=args.parent, x=args.x, y=args.y,
+                         compare_to=args.compare, tracking_uri=uri, representations=args.representations,
+                         log=not args.no_log, all_parents=args.all_parents)
+    except (KeyError, ValueError) as exc:
+        raise SpecError("--experiment" if args.parent is None else "--parent", str(exc).strip("'\"")) from None
+    print("\n".join(summary_lines(result)))
+    pngs = [str(f) for f in result.files if f.suffix == ".png"]
+    print(f"figures: {', '.join(pngs)}")
+    if result.parent_run_id:
+        print(f"logged {len(result.files)} files under analysis/ on parent run {result.parent_run_id}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grokray", description="Phase-diagram sweeps of grokking models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +120,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
                      help="steps per chunk: each chunk logs to MLflow, and checkpoints/reports at most every 10 s")
     run.set_defaults(func=_run)
+
+    analyze = sub.add_parser("analyze", help="phase diagram, steps heatmap and phase table of a sweep from MLflow; "
+                             "the figures are also logged on its parent run")
+    analyze.add_argument("--experiment", default=None, metavar="NAME",
+                         help="MLflow experiment (the spec's name); its latest parent run unless --all-parents")
+    analyze.add_argument("--parent", default=None, metavar="RUN_ID", help="one `grokray run` (its parent run id)")
+    analyze.add_argument("--all-parents", action="store_true", help="aggregate the children of every parent run")
+    analyze.add_argument("--x", default=None, metavar="AXIS", help="x axis (default: the first swept axis)")
+    analyze.add_argument("--y", default=None, metavar="AXIS", help="y axis (default: the second swept axis)")
+    analyze.add_argument("--compare", default=None, metavar="OTHER",
+                         help="another experiment (its latest parent run) or parent run id sharing the axes")
+    analyze.add_argument("--representations", action="store_true",
+                         help="RQI / PCA entropy / Fourier / AGOP metrics from saved final states "
+                              "(spec: artifacts: {final_state: true})")
+    analyze.add_argument("--tracking-uri", default=None, metavar="URI",
+                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    analyze.add_argument("--no-log", action="store_true", help="do not log the files on the parent run")
+    analyze.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the PNG/SVG/CSV files")
+    analyze.set_defaults(func=_analyze)
     return parser
 
 

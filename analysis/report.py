@@ -1,0 +1,176 @@
+"""What `grokray analyze` does, as a library call: load the runs of an experiment (or one parent run), draw its
+phase diagram and steps heatmap, optionally compare it with another experiment / parent run and compute
+representation metrics from saved final states, write everything to a directory and log it on the parent run.
+
+`analyze` returns the data (an `Analysis`); `phase_table_text` / `summary_lines` make the printed tables.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
+from .load import _client, load_runs, parent_runs
+
+__all__ = ["Analysis", "analyze", "default_axes", "phase_table_text", "summary_lines"]
+
+ARTIFACT_DIR = "analysis"  # where the files go among the parent run's artifacts
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class Analysis(NamedTuple):
+    runs: pd.DataFrame
+    grid: PhaseGrid
+    counts: pd.Series  # runs per phase (every phase listed)
+    parent_run_id: str | None  # the run the files were logged on (None when not logged)
+    files: list[Path]
+    comparison: Comparison | None = None
+    other_label: str | None = None
+    representations: pd.DataFrame | None = None
+
+
+def default_axes(df: pd.DataFrame, x: str | None = None, y: str | None = None) -> tuple[str, str]:
+    """x and y for the diagram: the given ones, else the swept axes in spec order (varying ones first; the seed
+    only when nothing else is left). Raises ValueError naming the axes there are."""
+    swept = [a for a in df.attrs.get("swept") or df.attrs.get("params") or [] if a in df]
+    for name, axis in (("--x", x), ("--y", y)):
+        if axis is not None and axis not in df:
+            raise ValueError(f"{name}: {axis!r} is not a parameter of these runs; swept axes: {swept}")
+    cands = [a for a in swept if a != "seed" and df[a].nunique(dropna=False) > 1]
+    cands += [a for a in swept if a != "seed" and a not in cands]
+    if "seed" in df:
+        cands.append("seed")
+    cands = [a for a in cands if a not in (x, y)]
+    x = x or (cands.pop(0) if cands else None)
+    y = y or (cands.pop(0) if cands else None)
+    if x is None or y is None or x == y:
+        raise ValueError(f"need two different axes for a phase diagram; swept axes: {swept}; give --x and --y")
+    return x, y
+
+
+def _load(which: str, tracking_uri: str | None) -> pd.DataFrame:
+    """An experiment name (its latest parent run) or a parent run id."""
+    if _RUN_ID.match(which):
+        try:
+            return load_runs(parent_run_id=which, tracking_uri=tracking_uri)
+        except Exception:  # noqa: BLE001 - not a run id after all: try it as an experiment name
+            pass
+    return load_runs(which, tracking_uri=tracking_uri, latest_parent=True)
+
+
+def _label(which: str) -> str:
+    return which if not _RUN_ID.match(which) else f"run {which[:8]}"
+
+
+def phase_table_text(counts: pd.Series) -> str:
+    total = int(counts.sum())
+    lines = [f"{'phase':<18} {'runs':>5} {'share':>6}"]
+    lines += [f"{p:<18} {int(n):>5} {n / max(total, 1):>6.0%}" for p, n in counts.items() if n > 0]
+    lines.append(f"{'total':<18} {total:>5}")
+    return "\n".join(lines)
+
+
+def _cells_text(grid: PhaseGrid) -> str:
+    out = []
+    for fv in grid.facet_values:
+        table = pivot(grid, "phase", fv).fillna("-")
+        head = ", ".join(f"{k}={v}" for k, v in zip(grid.facets, fv, strict=True))
+        out.append((f"[{head}]\n" if head else "") + f"rows {grid.y}, columns {grid.x}\n" + table.to_string())
+    return "\n\n".join(out)
+
+
+def summary_lines(result: Analysis) -> list[str]:
+    """The text `grokray analyze` prints: phase table, the majority phase per cell, the comparison."""
+    lines = [phase_table_text(result.counts), "", _cells_text(result.grid)]
+    if result.comparison is not None:
+        trans = transition_lines(result.comparison)
+        lines += ["", f"compared with {result.other_label}: "
+                  + (f"{len(result.comparison.changed)} cell(s) changed" if trans else "no phase changed")]
+        lines += [f"  {t}" for t in trans]
+        if len(result.comparison.only_a) or len(result.comparison.only_b):
+            lines.append(f"  cells in one experiment only: {len(result.comparison.only_a)} here, "
+                         f"{len(result.comparison.only_b)} there")
+    if result.representations is not None:
+        reps = result.representations
+        if reps.empty:
+            lines += ["", "representations: no run has a final_state.pt artifact "
+                      "(set `artifacts: {final_state: true}` in the spec)"]
+        else:
+            cols = [c for c in reps.columns[reps.notna().any()] if c not in ("run_id",)
+                    and c in ("rqi", "pca_entropy", "pca_top_ratio", "fourier_top_fraction",
+                              "agop_circulant_distance")]
+            lines += ["", f"representations ({len(reps)} runs), mean per phase:",
+                      reps.groupby("phase")[cols].mean().round(3).to_string() if cols else "(no metric applies)"]
+    return lines
+
+
+def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: str | None = None,
+            x: str | None = None, y: str | None = None, compare_to: str | None = None,
+            tracking_uri: str | None = None, representations: bool = False, log: bool = True,
+            all_parents: bool = False) -> Analysis:
+    """Write phase_diagram.{png,svg}, steps_heatmap.{png,svg}, phase_table.txt and cells.csv (and with
+    compare_to: comparison.{png,svg}, transitions.csv, changed_cells.csv; with representations:
+    representations.csv) into out_dir, and log them under `analysis/` on the parent run.
+
+    experiment: its latest parent run's configurations (all parents with all_parents=True; then the files are
+    logged on the latest parent). parent_run_id: that `grokray run` (wins over experiment).
+    compare_to: another experiment name (its latest parent) or a parent run id.
+    """
+    from . import plots
+
+    if parent_run_id is not None:
+        df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri)
+    elif experiment is not None:
+        df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents)
+    else:
+        raise ValueError("give an experiment or a parent run id")
+    if df.empty or df["phase"].notna().sum() == 0:
+        raise ValueError(f"no finished configurations in {parent_run_id or experiment!r} (no grokray.phase tags)")
+    x, y = default_axes(df, x, y)
+    name = experiment or f"run {parent_run_id[:8]}"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+
+    grid = phase_grid(df, x, y)
+    counts = phase_counts(df)
+    files += plots.save_figure(plots.plot_phase_diagram(grid, title=f"{name}: phase diagram"), out / "phase_diagram")
+    files += plots.save_figure(plots.plot_steps_heatmap(grid, title=f"{name}: log10 steps to generalize"),
+                               out / "steps_heatmap")
+    (out / "phase_table.txt").write_text(phase_table_text(counts) + "\n\n" + _cells_text(grid) + "\n")
+    grid.cells.to_csv(out / "cells.csv", index=False)
+    files += [out / "phase_table.txt", out / "cells.csv"]
+
+    comparison = other_label = None
+    if compare_to is not None:
+        other = _load(compare_to, tracking_uri)
+        other_label = _label(compare_to)
+        comparison = compare(df, other, x, y)
+        files += plots.save_figure(plots.plot_comparison(comparison, labels=(name, other_label)), out / "comparison")
+        comparison.transitions.to_csv(out / "transitions.csv", index=False)
+        comparison.changed.to_csv(out / "changed_cells.csv", index=False)
+        files += [out / "transitions.csv", out / "changed_cells.csv"]
+
+    reps = None
+    if representations:
+        from .artifacts import representation_metrics
+
+        reps = representation_metrics(df, tracking_uri)
+        if not reps.empty:
+            reps.to_csv(out / "representations.csv", index=False)
+            files.append(out / "representations.csv")
+
+    parent = parent_run_id
+    if parent is None:
+        ids = list(df["parent_run_id"].dropna().unique())
+        parent = ids[0] if len(ids) == 1 else (parent_runs(experiment, tracking_uri)["run_id"].iloc[0] if ids
+                                                else None)
+    if log and parent is not None:
+        client = _client(tracking_uri)
+        for f in files:
+            client.log_artifact(parent, str(f), ARTIFACT_DIR)
+    return Analysis(df, grid, counts, parent if log else None, files, comparison, other_label, reps)

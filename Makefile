@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/grokray run sweeps/quickstart.yaml
+	$(BIN)/grokray analyze --experiment quickstart -o grokray-results/quickstart-figures
+	@echo "phase diagram: grokray-results/quickstart-figures/phase_diagram.png"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -21,6 +21,21 @@ def hermite3(z: torch.Tensor) -> torch.Tensor:
     return z**3 - 3 * z
 
 
+BLOCK = 256
+
+
+def nested_gaussians(n: int, d: int, seed: int) -> torch.Tensor:
+    """n standard Gaussian rows whose first m rows are the same for every n >= m: blocks of BLOCK rows, each from
+    its own generator (torch.randn of different sizes does not draw prefix-consistent numbers)."""
+    blocks = [
+        torch.randn(
+            (BLOCK, d), generator=torch.Generator().manual_seed(seed * 1_000_003 + 7919 * (i + 1)), dtype=torch.float64
+        )
+        for i in range(-(-n // BLOCK))
+    ]
+    return torch.cat(blocks)[:n] if blocks else torch.zeros((0, d), dtype=torch.float64)
+
+
 @TASKS.register("cubic_teacher")
 @dataclass
 class CubicTeacherTask:
@@ -36,11 +51,7 @@ class CubicTeacherTask:
         w = torch.randn(self.d, generator=gen, dtype=torch.float64)
         w /= w.norm()
         x_test = torch.randn((self.n_test, self.d), generator=gen, dtype=torch.float64)
-        x_train = torch.randn(
-            (self.n_train, self.d),
-            generator=torch.Generator().manual_seed(int(self.teacher_seed) + 1),
-            dtype=torch.float64,
-        )
+        x_train = nested_gaussians(self.n_train, self.d, int(self.teacher_seed))
         x = torch.cat([x_train, x_test])
         z = x @ w
         y = z + self.epsilon * hermite3(z)

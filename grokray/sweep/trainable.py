@@ -24,6 +24,18 @@ def _phase_counts(trainer, results) -> dict[str, int]:
     return counts
 
 
+def _report_hook(ctx: dict):
+    """ctx["report_hook"] = "module:function", called as fn(ctx, configs, results) -> extra Tune metrics (the
+    search adds val/acc and its objective so OptunaSearch and ASHA can read them). None: no hook."""
+    spec = ctx.get("report_hook")
+    if not spec:
+        return None
+    import importlib
+
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def train_pack(config: dict) -> None:
     import ray
     import torch
@@ -55,6 +67,7 @@ def train_pack(config: dict) -> None:
     if save_states and hasattr(trainer, "compact"):
         trainer.compact = False  # finished members keep their rows, so their final parameters are still there
 
+    hook = _report_hook(ctx)
     every = max(1, int(ctx.get("checkpoint_every", 1000)))
     min_report_s = float(ctx.get("min_report_s", 10.0))
     last_report = -float("inf")
@@ -89,6 +102,8 @@ def train_pack(config: dict) -> None:
             "trial_s": time.perf_counter() - started,
             "pack_done": done,
         }
+        if hook is not None:
+            metrics.update(hook(ctx, configs, results))
         with tempfile.TemporaryDirectory() as d:
             save_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))

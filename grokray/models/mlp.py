@@ -29,6 +29,11 @@ class MlpConfig:
 
 @MODELS.register("mlp", MlpConfig)
 class MlpModel(PackedModel):
+    example = {  # the contract-test size: 50 digits, a narrow net
+        "task": {"name": "images", "train_size": 50},
+        "model": {"name": "mlp", "width": 16},
+        "optim": {"default": {"name": "adamw", "lr": 1e-2}},
+    }
     groups = ("hidden", "last")
     per_member_fields = frozenset({"width"})
 

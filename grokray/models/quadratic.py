@@ -29,6 +29,11 @@ class QuadraticConfig:
 
 @MODELS.register("quadratic", QuadraticConfig)
 class QuadraticModel(PackedModel):
+    example = {  # the contract-test size
+        "task": {"name": "modular", "p": 7, "train_fraction": 0.6},
+        "model": {"name": "quadratic", "width": 16},
+        "optim": {"default": {"name": "normalized_gd", "lr": 0.5, "weight_decay": 1e-4}},
+    }
     groups = ("weights",)
     per_member_fields = frozenset({"width"})
 

@@ -31,6 +31,11 @@ class TwoLayerConfig:
 
 @MODELS.register("two_layer", TwoLayerConfig)
 class TwoLayerModel(PackedModel):
+    example = {  # the contract-test size: a small cubic teacher, Langevin with a little noise
+        "task": {"name": "cubic_teacher", "d": 5, "n_train": 40, "n_test": 40},
+        "model": {"name": "two_layer", "width": 16},
+        "optim": {"default": {"name": "langevin", "lr": 0.05, "weight_decay": 1e-3, "temperature": 1e-5}},
+    }
     groups = ("hidden", "last")
     per_member_fields = frozenset({"width"})
 

@@ -65,6 +65,12 @@ class ToyModel(PackedModel):
         targets = torch.stack([target_vectors(g, data.num_classes, self.cfg.target_dim) for g in gens])
         return TargetVectorHead(targets.to(dtype=dtype, device=device))
 
+    @staticmethod
+    def check_task(model, task, path):
+        if not getattr(task, "symbolic", False):
+            raise SpecError("task.name", f"model 'toy' embeds symbols; got task {task.registry_name!r}, allowed: "
+                            "modular, addition, permutation")
+
     def group_of(self, name):
         return "embedding" if name == "embed" else "decoder"
 

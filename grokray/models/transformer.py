@@ -75,6 +75,15 @@ class TransformerModel(PackedModel):
         self.dropout = torch.tensor([c.dropout for c in configs], dtype=dtype, device=device)
         return ClassificationHead(data.num_classes)
 
+    @staticmethod
+    def check_task(model, task, path):
+        if not getattr(task, "symbolic", False):
+            raise SpecError(
+                "task.name",
+                f"model 'transformer' embeds symbols; got task {task.registry_name!r}, allowed: "
+                "modular, addition, permutation",
+            )
+
     def group_of(self, name):
         return "embedding" if name in ("tok", "pos") else "decoder"
 

@@ -31,6 +31,8 @@ MODULAR_OPS = {
 class SplitTask(SplitFields):
     """Algorithmic tasks split by the shared SplitFields; subclasses only build the table."""
 
+    symbolic = True  # inputs are pairs of symbol ids (models with embedding tables need this)
+
     def split(self, data: TaskData, seed: int):
         n = len(data.y)
         return random_split(n, self.n_train(n), seed if self.split_seed is None else self.split_seed)

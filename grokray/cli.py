@@ -67,6 +67,39 @@ def _run(args) -> int:
     return 1 if summary.errored_trials else 0
 
 
+def _search(args) -> int:
+    from .search.config import parse_search
+    from .spec import load_spec
+
+    spec = load_spec(args.spec, args.set, args.scale)
+    cfg = parse_search(spec)  # the search block and every searched field are validated before anything starts
+    if args.n_trials is not None and args.n_trials < 1:
+        raise SpecError("--n-trials", f"got {args.n_trials}; must be >= 1")
+
+    from .search.runner import SearchOptions, run_search
+    from .tracking import ui_hint
+
+    options = SearchOptions(resume=args.resume, n_trials=args.n_trials, address=args.address,
+                            tracking_uri=args.tracking_uri, storage=args.storage)
+    summary = run_search(spec, options)
+    print(f"study {summary.study_name!r}: {summary.trials} trials ({summary.completed} complete, "
+          f"{summary.new_trials} run now) in {summary.wall_s:.0f} s")
+    for best in summary.best:
+        values = ", ".join(f"{n}={v:g}" for n, v in zip(cfg.objective, best["values"], strict=True))
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())
+        print(f"best trial #{best['number']}: {values} ({best['phase']}); {params}")
+    if summary.journal_path:
+        print(f"study journal: {summary.journal_path}")
+        print(f"  optuna.load_study(study_name={summary.study_name!r}, "
+              f"storage=JournalStorage(JournalFileBackend({summary.journal_path!r})))")
+        print(f"  optuna-dashboard {summary.journal_path}   (serves http://127.0.0.1:8080)")
+    else:
+        print(f"study storage: {summary.storage}")
+    print(f"MLflow: experiment {spec.name!r}, parent run {summary.parent_run_id}")
+    print(f"open the UI: {ui_hint(summary.tracking_uri)}")
+    return 0
+
+
 def _analyze(args) -> int:
     from .tracking import resolve_tracking_uri
 
@@ -120,6 +153,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
                      help="steps per chunk: each chunk logs to MLflow, and checkpoints/reports at most every 10 s")
     run.set_defaults(func=_run)
+
+    search = sub.add_parser("search", help="Optuna search (inside Ray Tune) for the settings that generalize "
+                            "fastest (the spec's search: block); a persistent, resumable study")
+    common(search)
+    search.add_argument("--resume", action="store_true",
+                        help="continue the study: stored trials keep their values, none is re-run")
+    search.add_argument("--n-trials", type=int, default=None, metavar="N",
+                        help="trials the study should hold when done (default: search.n_trials)")
+    search.add_argument("--address", default=None, metavar="ADDR",
+                        help="Ray cluster to join (default: $RAY_ADDRESS, else a private local Ray)")
+    search.add_argument("--tracking-uri", default=None, metavar="URI",
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    search.add_argument("--storage", default=None, metavar="PATH",
+                        help="Ray Tune results directory; the study journal defaults to <PATH>/<study>.optuna.journal"
+                             " (default: ./grokray-results; search.storage may name a journal file or an RDB URL)")
+    search.set_defaults(func=_search)
 
     analyze = sub.add_parser("analyze", help="phase diagram, steps heatmap and phase table of a sweep from MLflow; "
                              "the figures are also logged on its parent run")

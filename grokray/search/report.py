@@ -1,0 +1,187 @@
+"""The search's parent run: best params and values, parameter importances, optimization history, Pareto front.
+
+Data first (`history_info`, `pareto_info`, `importances`: plain lists and dicts, testable), drawing second
+(matplotlib, Agg). Everything lands on the MLflow parent run under `search/`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from optuna.trial import TrialState
+
+ARTIFACT_DIR = "search"
+
+
+def _completed(study) -> list:
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.values is not None and all(math.isfinite(v) for v in t.values)]
+
+
+def importances(study, cfg) -> dict[str, dict[str, float]]:
+    """Optuna's parameter importances per objective ({} when fewer than 2 trials completed or nothing varied)."""
+    import optuna
+
+    done = _completed(study)
+    if len(done) < 2:
+        return {}
+    out = {}
+    for i, name in enumerate(cfg.objective):
+        if len({t.values[i] for t in done}) < 2:
+            continue  # every trial scored the same: nothing to attribute
+        try:
+            target = (lambda t, i=i: t.values[i]) if cfg.multi else None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                values = optuna.importance.get_param_importances(study, target=target)
+        except (RuntimeError, ValueError, ZeroDivisionError):
+            continue
+        out[name] = {k: float(v) for k, v in values.items()}
+    return out
+
+
+def history_info(study, index: int = 0) -> list[dict]:
+    """(number, value, best so far) of each completed trial, in trial order, for one objective."""
+    rows, best = [], math.inf
+    for t in sorted(_completed(study), key=lambda t: t.number):
+        value = t.values[index]
+        best = min(best, value)
+        rows.append({"number": t.number, "value": value, "best": best, "phase": t.user_attrs.get("phase", "")})
+    return rows
+
+
+def pareto_info(study, cfg) -> list[dict]:
+    """The non-dominated completed trials (minimising every objective), sorted by the first objective."""
+    done = _completed(study)
+    front = []
+    for t in done:
+        dominated = any(all(a <= b for a, b in zip(o.values, t.values, strict=True)) and o.values != t.values
+                        for o in done)
+        if not dominated:
+            front.append({"number": t.number, **dict(zip(cfg.objective, t.values, strict=True)), **t.params})
+    return sorted(front, key=lambda r: (r[cfg.objective[0]], r["number"]))
+
+
+def _plot_history(rows: list[dict], name: str, penalty: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ok = [r for r in rows if r["value"] < penalty]
+    bad = [r for r in rows if r["value"] >= penalty]
+    ax.scatter([r["number"] for r in ok], [r["value"] for r in ok], s=18, label="trial")
+    if bad:
+        ax.scatter([r["number"] for r in bad], [r["value"] for r in bad], s=18, marker="x", color="grey",
+                   label="did not generalize (penalty)")
+    ax.step([r["number"] for r in rows], [r["best"] for r in rows], where="post", color="C3", label="best so far")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(name)
+    ax.set_title(f"optimization history: {name}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_pareto(study, front: list[dict], cfg, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a, b = cfg.objective[:2]
+    done = _completed(study)
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.scatter([t.values[0] for t in done], [t.values[1] for t in done], s=14, color="lightgrey", label="trials")
+    ax.plot([r[a] for r in front], [r[b] for r in front], "o-", color="C3", label="Pareto front")
+    ax.set_xlabel(a)
+    ax.set_ylabel(b)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
+    """Best params/values (params, metrics, tags), importances, history and (multi-objective) the Pareto front
+    on the parent run. Returns the artifact paths logged."""
+    from mlflow.entities import Metric
+
+    from ..tracking.mlflow_runs import log_metrics
+
+    done = _completed(study)
+    now = int(time.time() * 1000)
+    metrics = [Metric("search/trials", float(len(study.trials)), now, 0),
+               Metric("search/completed", float(len(done)), now, 0)]
+    params, tags = {}, {}
+    if done and not cfg.multi:
+        best = study.best_trial
+        metrics.append(Metric(f"best/{cfg.objective[0]}", float(best.value), now, 0))
+        params = {f"best.{k}": v for k, v in best.params.items()}
+        tags = {"grokray.search.best_trial": best.number, "grokray.search.best_value": best.value,
+                "grokray.search.best_phase": best.user_attrs.get("phase", "")}
+    elif done:
+        front = study.best_trials
+        metrics += [Metric(f"best/{name}", float(min(t.values[i] for t in front)), now, 0)
+                    for i, name in enumerate(cfg.objective)]
+        tags = {"grokray.search.pareto_trials": [t.number for t in front]}
+    # Params are immutable in MLflow: a resumed study with a new best keeps it in tags and best_params.json.
+    existing = client.get_run(run_id).data.params
+    params = {k: v for k, v in params.items() if k not in existing}
+    log_metrics(client, run_id, metrics, tags={k: v for k, v in tags.items()}, params=params)
+
+    logged = []
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        files = []
+        best_rows = [{"number": t.number, "values": list(t.values), "params": t.params,
+                      "phase": t.user_attrs.get("phase")} for t in (study.best_trials if done else [])]
+        (d / "best.json").write_text(json.dumps(best_rows, indent=1, default=str))
+        files.append(d / "best.json")
+        imp = importances(study, cfg)
+        (d / "param_importances.json").write_text(json.dumps(
+            imp or {"note": f"needs >= 2 completed trials with different values; {len(done)} completed"}, indent=1))
+        files.append(d / "param_importances.json")
+        if imp:
+            rows = [{"objective": obj, "param": p, "importance": v}
+                    for obj, vals in imp.items() for p, v in vals.items()]
+            _write_csv(rows, d / "param_importances.csv")
+            files.append(d / "param_importances.csv")
+        trials = [{"number": t.number, "state": t.state.name, **{f"value.{n}": v for n, v in zip(
+            cfg.objective, t.values or [], strict=False)}, **t.params,
+            **{k: v for k, v in t.user_attrs.items() if k in ("phase", "trial_key", "duplicate_of")}}
+            for t in study.trials]
+        if trials:
+            _write_csv(trials, d / "trials.csv")
+            files.append(d / "trials.csv")
+        for i, name in enumerate(cfg.objective):
+            rows = history_info(study, i)
+            if rows:
+                path = d / f"optimization_history_{name}.png"
+                _plot_history(rows, name, cfg.penalty, path)
+                files.append(path)
+        if cfg.multi and done:
+            front = pareto_info(study, cfg)
+            _write_csv(front, d / "pareto_front.csv")
+            _plot_pareto(study, front, cfg, d / "pareto_front.png")
+            files += [d / "pareto_front.csv", d / "pareto_front.png"]
+        for f in files:
+            client.log_artifact(run_id, str(f), ARTIFACT_DIR)
+            logged.append(f"{ARTIFACT_DIR}/{f.name}")
+    return logged

@@ -11,6 +11,7 @@ imported only by the functions that need them.
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -72,12 +73,24 @@ def load_states(run_ids: Iterable[str], tracking_uri: str | None = None, name: s
                 dst: str | Path | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Download and read the saved final state of each run: {run_id: {param name: array}}. Runs without the
     artifact are left out. dst: where to keep the downloaded files (default: a temporary directory)."""
-    import torch
-
     from .load import _client
 
     client = _client(tracking_uri)
     out: dict[str, dict[str, np.ndarray]] = {}
+    quiet = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ  # one progress bar per run is noise here
+    if quiet:
+        os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    try:
+        _download(client, run_ids, name, dst, out)
+    finally:
+        if quiet:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+    return out
+
+
+def _download(client, run_ids, name, dst, out) -> None:
+    import torch
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(dst) if dst is not None else Path(tmp)
         for run_id in dict.fromkeys(run_ids):
@@ -88,7 +101,6 @@ def load_states(run_ids: Iterable[str], tracking_uri: str | None = None, name: s
             local = client.download_artifacts(run_id, name, str(target))
             state = torch.load(local, map_location="cpu", weights_only=True)
             out[run_id] = {k: v.double().numpy() for k, v in state.items() if isinstance(v, torch.Tensor)}
-    return out
 
 
 def _int_or_none(v) -> int | None:
@@ -98,11 +110,14 @@ def _int_or_none(v) -> int | None:
         return None
 
 
-def representation_metrics(runs: pd.DataFrame, tracking_uri: str | None = None, delta: float = 0.05) -> pd.DataFrame:
+def representation_metrics(runs: pd.DataFrame, tracking_uri: str | None = None, delta: float = 0.05,
+                           states: dict | None = None) -> pd.DataFrame:
     """One row per run of `runs` (a frame from analysis.load_runs) that has a saved final state: run_id, phase,
-    the swept axes, and METRIC_COLUMNS (see state_metrics). Empty (same columns) when no run saved one."""
+    the swept axes, and METRIC_COLUMNS (see state_metrics). Empty (same columns) when no run saved one.
+    states: what load_states returned for these runs (downloaded here when not given)."""
     uri = tracking_uri or runs.attrs.get("tracking_uri")
-    states = load_states(runs["run_id"], uri) if len(runs) else {}
+    if states is None:
+        states = load_states(runs["run_id"], uri) if len(runs) else {}
     axes = [a for a in runs.attrs.get("swept", []) if a in runs]
     rows = []
     for _, r in runs[runs["run_id"].isin(list(states))].iterrows():

@@ -108,13 +108,44 @@ def summary_lines(result: Analysis) -> list[str]:
     return lines
 
 
+def _state_figures(df: pd.DataFrame, states: dict, out: Path, limit: int) -> list[Path]:
+    """AGOP images (rfm) or embedding PCA plots of a few runs with saved states: one per phase first."""
+    from . import plots
+    from .artifacts import EMBEDDINGS
+    from .representations import agop_image, pca
+
+    have = df[df["run_id"].isin(list(states))]
+    picked = list(have.drop_duplicates("phase")["run_id"])
+    picked += [r for r in have["run_id"] if r not in picked]
+    files: list[Path] = []
+    for run_id in picked[:limit]:
+        row = have[have["run_id"] == run_id].iloc[0]
+        state, p = states[run_id], row.get("task.p")
+        p = int(p) if p is not None and pd.notna(p) else None
+        title = f"{row.get('run_name') or run_id[:8]}\n{row['phase']}"
+        name = out / f"state_{row['phase']}_{run_id[:8]}"
+        param = EMBEDDINGS.get(row.get("model") or "")
+        if "M" in state:
+            fig = plots.plot_agop(agop_image(state["M"]), p=p, title=f"AGOP: {title}")
+        elif param in state:
+            emb = state[param][:p] if p else state[param]
+            res = pca(emb)
+            fig = plots.plot_embedding_pca(res.projected, explained=res.explained_variance_ratio,
+                                           title=f"embeddings: {title}")
+        else:
+            continue
+        files += plots.save_figure(fig, name)
+    return files
+
+
 def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: str | None = None,
             x: str | None = None, y: str | None = None, compare_to: str | None = None,
             tracking_uri: str | None = None, representations: bool = False, log: bool = True,
-            all_parents: bool = False) -> Analysis:
+            all_parents: bool = False, max_figures: int = 4) -> Analysis:
     """Write phase_diagram.{png,svg}, steps_heatmap.{png,svg}, phase_table.txt and cells.csv (and with
     compare_to: comparison.{png,svg}, transitions.csv, changed_cells.csv; with representations:
-    representations.csv) into out_dir, and log them under `analysis/` on the parent run.
+    representations.csv and, for up to max_figures runs (one per phase first), state_<phase>_<run>.{png,svg}: the
+    AGOP image for rfm, the embeddings' PCA otherwise) into out_dir, and log them under `analysis/` on the parent run.
 
     experiment: its latest parent run's configurations (all parents with all_parents=True; then the files are
     logged on the latest parent). parent_run_id: that `grokray run` (wins over experiment).
@@ -157,12 +188,14 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
 
     reps = None
     if representations:
-        from .artifacts import representation_metrics
+        from .artifacts import load_states, representation_metrics
 
-        reps = representation_metrics(df, tracking_uri)
+        states = load_states(df["run_id"], tracking_uri)
+        reps = representation_metrics(df, tracking_uri, states=states)
         if not reps.empty:
             reps.to_csv(out / "representations.csv", index=False)
             files.append(out / "representations.csv")
+            files += _state_figures(df, states, out, max_figures)
 
     parent = parent_run_id
     if parent is None:

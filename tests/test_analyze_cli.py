@@ -190,6 +190,14 @@ def test_analyze_representations_flag(store, tmp_path, capsys):
                  "--representations", "--no-log"]) == 0
     assert "representations (8 runs)" in capsys.readouterr().out
     assert (out / "representations.csv").exists()
+    phases = set(load_runs("quickstart", tracking_uri=store["uri"])["phase"])
+    drawn = {f.stem.rsplit("_", 1)[0].removeprefix("state_") for f in out.glob("state_*.png")}
+    assert drawn == phases or (len(phases) > 4 and len(drawn) == 4)  # embedding plots: one per phase first
+    rfm_out = tmp_path / "rfm"
+    assert main(["analyze", "--experiment", "rfm-fraction", "--tracking-uri", store["uri"], "-o", str(rfm_out),
+                 "--representations", "--x", "task.op", "--y", "seed"]) == 0
+    assert "agop_circulant_distance" in capsys.readouterr().out
+    assert len(list(rfm_out.glob("state_*.svg"))) == 1  # the AGOP image
 
 
 # -- no Ray needed -------------------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def _flatten_space(raw: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value and not any(k in value for k in DIST_KINDS):
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
             out.update(_flatten_space(value, dotted + "."))
         else:
             out[dotted] = value

@@ -21,7 +21,7 @@ import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 from ray import tune
-from ray.tune.search import ConcurrencyLimiter
+from ray.tune.search import ConcurrencyLimiter, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from ..errors import SpecError
@@ -32,7 +32,7 @@ from ..sweep.trainable import train_pack
 from .config import SearchConfig, parse_search, start_point, trial_config
 
 REPORT_HOOK = "grokray.search.objective:report_metrics"
-MAX_REASKS = 50  # suggestions answered from the study before one is run anyway
+MAX_REASKS = 50  # repeats answered in a row before the space counts as spent and the search stops
 
 
 @dataclass
@@ -128,10 +128,11 @@ class GrokraySearch(OptunaSearch):
     """OptunaSearch that turns each suggestion into a one-member pack, answers repeated configurations from the
     study instead of training them again, and records each trial's key and phase as Optuna user attributes."""
 
-    def __init__(self, spec: Spec, cfg: SearchConfig, **kwargs):
+    def __init__(self, spec: Spec, cfg: SearchConfig, target: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.spec = spec
         self.cfg = cfg
+        self.target = target  # trials the study should hold; once reached (or the space is spent) suggest stops
         self.log_axes = sorted(k for k, d in cfg.space.items() if d.log)
         self._done: dict[str, tuple[int, list[float]]] = {}  # trial key -> (trial number, values)
         for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
@@ -141,8 +142,13 @@ class GrokraySearch(OptunaSearch):
         self._running: dict[str, str] = {}  # Tune trial id -> trial key
         self.answered_from_study = 0
 
+    def _full(self) -> bool:
+        return self.target is not None and counted(self._ot_study) + len(self._running) >= self.target
+
     def suggest(self, trial_id: str):
-        for _ in range(MAX_REASKS):
+        for attempt in range(MAX_REASKS + 1):
+            if self._full() or attempt == MAX_REASKS:  # the target is reached, or the space seems spent
+                return Searcher.FINISHED
             params = super().suggest(trial_id)
             config = trial_config(self.spec, params)
             key = config.key()
@@ -277,7 +283,7 @@ def run_search(spec: Spec, options: SearchOptions | None = None) -> SearchSummar
     started_ray = _start_ray(options) if to_run else False
     try:
         if to_run:
-            new_trials = _fit(spec, cfg, options, study, storage, tracker, to_run, name, results_dir)
+            new_trials = _fit(spec, cfg, options, study, storage, tracker, to_run, target, name, results_dir)
         _close_pruned(tracker)
         study = optuna.load_study(study_name=cfg.study, storage=storage)
         artifacts = log_parent_results(tracker.client, parent_id, study, cfg)
@@ -324,13 +330,13 @@ def _start_parent(tracker, spec: Spec, cfg: SearchConfig, label: str) -> str:
     return run.info.run_id
 
 
-def _fit(spec, cfg, options, study, storage, tracker, to_run, name, results_dir) -> int:
+def _fit(spec, cfg, options, study, storage, tracker, to_run, target, name, results_dir) -> int:
     from ..tracking import code_version
 
     offset = len(study.trials)
     metric = cfg.objective if cfg.multi else cfg.objective[0]
     mode = ["min"] * len(cfg.objective) if cfg.multi else "min"
-    searcher = GrokraySearch(spec, cfg, space=distributions(cfg), metric=metric, mode=mode,
+    searcher = GrokraySearch(spec, cfg, target=target, space=distributions(cfg), metric=metric, mode=mode,
                              sampler=make_sampler(cfg, offset), study_name=cfg.study, storage=storage)
     search_alg = ConcurrencyLimiter(searcher, max_concurrent=cfg.max_concurrent)
     start = trial_config(spec, {})

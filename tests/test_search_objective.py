@@ -1,0 +1,150 @@
+"""Pure parts of `grokray search`: objectives and their penalty, the search: block, the parent-run report."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from grokray.errors import SpecError
+from grokray.search.config import parse_search, start_trial
+from grokray.search.objective import grokking_gap, objective_values, report_metrics, time_to_generalize
+from grokray.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = ROOT / "sweeps" / "degrok_toy.yaml"
+BUDGET = 10_000
+PENALTY = 2 * BUDGET
+
+
+@pytest.mark.parametrize("objective", [time_to_generalize, grokking_gap])
+def test_penalty_ranks_every_failure_below_every_success(objective):
+    """Minimised: the worst generalizing trial (val at the last step of the budget, train at step 0) still beats
+    every phase that did not generalize, including a val-without-train and a diverged trial."""
+    successes = [("comprehension", 10, 15), ("grokking", 0, BUDGET), ("comprehension", 500, 400),
+                 ("grokking", 1, BUDGET - 1)]
+    failures = [("memorization", 100, None), ("confusion", None, None), ("val_without_train", None, 50),
+                ("diverged", 10, 20), ("diverged", None, None)]
+    worst_success = max(objective(*s, PENALTY) for s in successes)
+    best_failure = min(objective(*f, PENALTY) for f in failures)
+    assert worst_success < best_failure == PENALTY
+    assert time_to_generalize("grokking", 2081, 7692, PENALTY) == 7692
+    assert grokking_gap("grokking", 2081, 7692, PENALTY) == 7692 - 2081
+    assert objective_values(["time_to_generalize", "grokking_gap"], "comprehension", 100, 150, PENALTY) == [150, 50]
+
+
+def test_default_penalty_is_twice_the_budget_and_must_exceed_it():
+    spec = load_spec(TOY)
+    assert parse_search(spec).penalty == 2 * spec.trial(spec.points()[0]).phases.budget
+    with pytest.raises(SpecError, match=r"search.penalty: got 10000; must exceed phases.budget \(10000\)"):
+        parse_search(load_spec(TOY, ["search.penalty=10000"]))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("search.space.optim.decoder.lrr={float: [0.001, 0.1]}", r"search.space.optim.decoder.lrr: .*did you mean 'lr'"),
+    ("search.space.optim.deco.lr={float: [0.001, 0.1]}", r"search.space.optim.deco.lr: optim.deco: unknown key"),
+    ("search.space.modell.dropout={float: [0, 1]}", r"search.space.modell: unknown key; did you mean 'model'"),
+    ("search.space.optim.decoder.lr={float: [0.1, 0.001]}", r"search.space.optim.decoder.lr.float: .*low must"),
+    ("search.space.optim.decoder.lr={float: [0, 0.1], log: true}", r"lr.float\[0\]: .*log distribution needs"),
+    ("search.space.optim.decoder.weight_decay={float: [-1, 1]}", r"weight_decay: .*must be >= 0"),
+    ("search.space.optim.decoder.name={categorical: [adamw, lion]}", r"decoder.name: .*got 'lion'; allowed"),
+    ("search.space.optim.decoder.lr={uniform: [0, 1]}", r"search.space.optim.decoder.lr: expected exactly one of"),
+    ("search.space.phases.budget={int: [10, 20]}", r"search.space.phases.budget: cannot be searched"),
+    ("search.objective=speed", r"search.objective: got 'speed'; allowed: time_to_generalize, grokking_gap"),
+    ("search.objective=[time_to_generalize, speed]", r"search.objective\[1\]: got 'speed'"),
+    ("search.sampler=cmaes", r"search.sampler: got 'cmaes'; allowed: tpe, random"),
+    ("search.n_trials=0", r"search.n_trials: got 0; must be >= 1"),
+    ("search.max_concurrent=0", r"search.max_concurrent: got 0; must be >= 1"),
+    ("search.asha={grace: 0}", r"search.asha.grace: got 0; must be >= 1"),
+    ("search.asha={reduction_factor: 2}", r"search.asha.grace: missing"),
+    ("search.pruner=asha", r"search.pruner: unknown key"),
+    ("seeds=[0, 1]", r"seeds: got \[0, 1\]; a search trains one configuration per trial"),
+])
+def test_search_block_errors_name_the_field(override, message):
+    with pytest.raises(SpecError, match=message):
+        parse_search(load_spec(TOY, [override]))
+
+
+def test_search_block_parses_nested_overrides_and_the_start_point():
+    spec = load_spec(TOY, ["search.space.optim.default.init_scale={float: [0.5, 2], log: true}",
+                           "search.objective=[time_to_generalize, grokking_gap]", "search.asha={grace: 200}"])
+    cfg = parse_search(spec)
+    assert "optim.default.init_scale" in cfg.space and cfg.space["optim.default.init_scale"].log
+    assert cfg.multi and cfg.asha.grace == 200 and cfg.asha.reduction_factor == 3
+    start = start_trial(spec)
+    assert (start.optim["decoder"].lr, start.optim["decoder"].weight_decay, start.seed) == (1e-4, 5.0, 1)
+    grid = cfg.space["optim.decoder.lr"].grid(3)
+    assert [round(math.log10(v), 6) for v in grid] == [-4, -3, -2]
+
+
+def test_report_hook_scores_an_unfinished_trial_with_the_penalty():
+    from grokray.engine import MemberResult
+
+    spec = load_spec(TOY, scale="smoke")
+    ctx = {"search": {"objective": ["time_to_generalize", "grokking_gap"], "penalty": 800.0}}
+    config = start_trial(spec)
+    running = MemberResult("confusion", 120, None, None, 200, {"val/acc": 0.4}, {})
+    done = MemberResult("grokking", 120, 350, 230, 350, {"val/acc": 0.95}, {})
+    assert report_metrics(ctx, [config], [running])["time_to_generalize"] == 800.0
+    out = report_metrics(ctx, [config], [done])
+    assert (out["time_to_generalize"], out["grokking_gap"], out["val/acc"]) == (350.0, 230.0, 0.95)
+    assert out["trial_key"] == config.key()
+
+
+def _study(multi):
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    study = optuna.create_study(directions=["minimize"] * (2 if multi else 1))
+    dist = {"optim.decoder.lr": FloatDistribution(1e-4, 1e-2, log=True),
+            "optim.decoder.weight_decay": FloatDistribution(0, 10)}
+    points = [(1e-3, 1.0, (300, 100)), (3e-3, 0.0, (200, 150)), (1e-4, 5.0, (800, 800)), (5e-3, 2.0, (250, 90))]
+    for lr, wd, values in points:
+        study.add_trial(optuna.trial.create_trial(
+            params={"optim.decoder.lr": lr, "optim.decoder.weight_decay": wd}, distributions=dist,
+            values=list(values) if multi else [values[0]], user_attrs={"phase": "comprehension"}))
+    return study
+
+
+def test_pareto_front_history_and_importances_data():
+    from grokray.search.report import history_info, importances, pareto_info
+
+    spec = load_spec(TOY, ["search.objective=[time_to_generalize, grokking_gap]"])
+    cfg = parse_search(spec)
+    study = _study(multi=True)
+    front = pareto_info(study, cfg)
+    assert [r["number"] for r in front] == [1, 3]  # (200, 150) and (250, 90); the others are dominated
+    assert [r["best"] for r in history_info(study, 0)] == [300, 200, 200, 200]
+    imp = importances(study, cfg)
+    assert set(imp) == {"time_to_generalize", "grokking_gap"}
+    assert set(imp["grokking_gap"]) == {"optim.decoder.lr", "optim.decoder.weight_decay"}
+
+
+def test_parent_run_gets_best_params_importances_history_and_pareto(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from grokray.search.report import log_parent_results
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("t")
+    for multi in (False, True):
+        objective = "[time_to_generalize, grokking_gap]" if multi else "time_to_generalize"
+        cfg = parse_search(load_spec(TOY, [f"search.objective={objective}"]))
+        run = client.create_run(exp).info.run_id
+        logged = log_parent_results(client, run, _study(multi), cfg)
+        data = client.get_run(run).data
+        arts = {a.path for a in client.list_artifacts(run, "search")}
+        assert set(logged) == arts
+        assert {"search/param_importances.csv", "search/param_importances.json", "search/trials.csv",
+                "search/optimization_history_time_to_generalize.png"} <= arts
+        if multi:
+            assert {"search/pareto_front.csv", "search/pareto_front.png"} <= arts
+            assert data.metrics["best/grokking_gap"] == 90 and data.tags["grokray.search.pareto_trials"] == "[1, 3]"
+        else:
+            assert data.metrics["best/time_to_generalize"] == 200
+            assert float(data.params["best.optim.decoder.lr"]) == 3e-3 and data.tags["grokray.search.best_trial"] == "1"
+    one = client.create_run(exp).info.run_id  # fewer than 2 completed trials: importances say so, nothing fails
+    cfg = parse_search(load_spec(TOY))
+    import optuna
+
+    log_parent_results(client, one, optuna.create_study(), cfg)
+    assert "search/param_importances.csv" not in {a.path for a in client.list_artifacts(one, "search")}

@@ -26,11 +26,45 @@ def _train(args) -> int:
     return 0
 
 
+def _run_adaptive(spec, args) -> int:
+    from .sweep.adaptive import next_points, parse_adaptive
+
+    plan = parse_adaptive(spec)  # the spec's adaptive: block, or its defaults for --adaptive
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise SpecError("--max-concurrent", f"got {args.max_concurrent}; must be >= 1")
+    x, y = plan.lattice.x, plan.lattice.y
+    if args.dry_run:
+        print(f"adaptive:       {x.key} x {y.key}, start {x.start}x{y.start}, target {x.target}x{y.target}")
+        print(f"round 0:        {len(next_points(plan, {}).trials)} configurations")
+        print(f"budget:         {plan.budget} of {plan.full_grid_trials} (the full target grid)")
+        return 0
+
+    from .sweep.adaptive import run_adaptive
+    from .sweep.report import phase_table
+    from .sweep.runner import SweepOptions
+    from .tracking import ui_hint
+
+    options = SweepOptions(resume=args.resume, max_concurrent=args.max_concurrent, address=args.address,
+                           tracking_uri=args.tracking_uri, storage=args.storage,
+                           checkpoint_every=args.checkpoint_every)
+    summary = run_adaptive(spec, options)
+    print(phase_table(summary.phase_counts, summary.trials))
+    print(f"{summary.trials} configurations ({summary.trials / summary.full_grid:.0%} of the {summary.full_grid} "
+          f"of the full {x.target}x{y.target} grid) in {summary.rounds} rounds, {summary.wall_s:.0f} s")
+    if summary.interrupted:
+        print("adaptive sweep stopped before the end; continue it with --resume", file=sys.stderr)
+    print(f"MLflow: experiment {spec.name!r}, parent run {summary.parent_run_id}")
+    print(f"open the UI: {ui_hint(summary.tracking_uri)}")
+    return 1 if summary.errored_trials or summary.interrupted else 0
+
+
 def _run(args) -> int:
     from .spec import load_spec
     from .sweep.expand import expand
 
     spec = load_spec(args.spec, args.set, args.scale)
+    if args.adaptive or spec.raw.get("adaptive"):
+        return _run_adaptive(spec, args)
     spec.trials()  # the whole sweep is validated before Ray starts or MLflow is written to
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise SpecError("--max-concurrent", f"got {args.max_concurrent}; must be >= 1")
@@ -142,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true",
                      help="print configurations, packs, model-steps and a cost estimate; start nothing")
     run.add_argument("--resume", action="store_true", help="continue the last interrupted sweep of this spec")
+    run.add_argument("--adaptive", action="store_true",
+                     help="adaptive phase diagram (the spec's adaptive: block, else its defaults); a spec "
+                          "with an adaptive: block runs adaptively anyway (-s adaptive=null: full grid)")
     run.add_argument("--max-concurrent", type=int, default=None, metavar="N", help="packs running at once")
     run.add_argument("--address", default=None, metavar="ADDR",
                      help="Ray cluster to join (default: $RAY_ADDRESS, else a private local Ray)")

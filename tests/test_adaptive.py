@@ -290,3 +290,13 @@ def test_probability_figure_is_written(tmp_path):
     fig = plot_probability_map(pm, tmp_path / "prob")
     assert (tmp_path / "prob.png").stat().st_size > 1000 and (tmp_path / "prob.svg").exists()
     assert len(fig.axes) == 2
+
+
+def test_cli_adaptive_dry_run(capsys):
+    from grokray.cli import main
+
+    assert main(["run", str(QUICKSTART), "--adaptive", "--dry-run", "-s", "adaptive.budget=100"]) == 0
+    out = capsys.readouterr().out
+    assert "target 17x17" in out and "round 0:        25 configurations" in out and "budget:         100 of 289" in out
+    assert main(["run", str(QUICKSTART), "--adaptive", "--dry-run", "-s", "adaptive.target=[16, 17]"]) == 2
+    assert "adaptive.target[0]" in capsys.readouterr().err

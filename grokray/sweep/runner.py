@@ -34,6 +34,9 @@ class SweepOptions:
     progress: bool | None = None  # the live line; None: only when stdout is a terminal
     num_cpus: int | None = None  # local Ray only
     max_failures: int = 3
+    delivery_wait_s: float = 60.0  # after a tracking outage: how long a pack, then the driver, retries the backlog
+    buffer_points: int = 200_000  # metric points a worker holds in memory while the tracking server is away
+    max_configs: int | None = None  # refuse larger expansions (the CLI asks for --yes instead)
 
 
 @dataclass
@@ -50,6 +53,10 @@ class SweepSummary:
     wall_s: float
     trial_nodes: dict[str, str] = field(default_factory=dict)  # pack id -> node id of its last result
     trial_metrics: list[dict] = field(default_factory=list)  # last result of every trial
+    spooled_points: int = 0  # metric points that waited out a tracking outage in a spool
+    undelivered_dir: str = ""  # where metrics that could not be delivered wait for `grokray replay`
+    undelivered_points: int = 0
+    undelivered_batches: int = 0
 
 
 # -- progress line -------------------------------------------------------------------------------------------
@@ -151,6 +158,39 @@ def _start_ray(options: SweepOptions, spec: Spec) -> bool:
     return True
 
 
+def spool_dir_for(experiment_path: str, parent_run_id: str) -> str:
+    """Undelivered metrics live beside the Tune results (shared storage on a cluster), else in ~/.grokray."""
+    from ..tracking.delivery import SPOOL_DIRNAME
+
+    if "://" in experiment_path:
+        return str(Path.home() / ".grokray" / SPOOL_DIRNAME / parent_run_id)
+    return str(Path(experiment_path) / SPOOL_DIRNAME)
+
+
+def _finish_tracking(tracker, status: str, results, spool: str, wait_s: float) -> dict[str, int]:
+    """Deliver what packs left in the spool, then close the parent run. If the tracking server is still away,
+    the parent's closing batch joins the spool too and the phase counts come from Tune's results."""
+    from ..tracking import phase_counts
+    from ..tracking.delivery import Batch, Spool, is_transient, replay_dir
+
+    replay_dir(spool, tracker.client, deadline_s=wait_s)
+    try:
+        tracker.finish(status)
+        return phase_counts(tracker.children())
+    except Exception as exc:  # noqa: BLE001
+        if not is_transient(exc):
+            raise
+    counts: dict[str, int] = {}
+    for r in results:
+        for phase, n in ((r.metrics or {}).get("phases") or {}).items():
+            counts[phase] = counts.get(phase, 0) + n
+    now = int(time.time() * 1000)
+    batch = Batch(tracker.parent_run_id, [[f"phase_count/{p}", float(n), now, 0] for p, n in counts.items()], {},
+                  {f"grokray.phase_count.{p}": str(n) for p, n in counts.items()}, status)
+    Spool(Path(spool) / f"parent-{tracker.parent_run_id}.jsonl").append(batch)
+    return dict(sorted(counts.items()))
+
+
 def _slots(spec: Spec) -> int:
     import ray
 
@@ -162,9 +202,12 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
     """Run (or resume) the sweep of `spec`; the spec is validated in full before Ray or MLflow is touched."""
     import ray
 
-    from ..tracking import SweepTracker, phase_counts, resolve_tracking_uri
+    from ..tracking import SweepTracker, resolve_tracking_uri
 
     options = options or SweepOptions()
+    from .expand import check_size
+
+    check_size(spec, options.max_configs)
     spec.trials()  # every configuration parses, or a SpecError leaves nothing behind
     t_start = time.time()
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the legacy engine prints nothing
@@ -207,6 +250,9 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
                 "cpu": spec.resources.cpu,
                 "gpu": spec.resources.gpu,
                 "final_state": spec.artifacts.final_state,
+                "spool_dir": spool_dir_for(experiment_path, tracker.parent_run_id),
+                "delivery_wait_s": options.delivery_wait_s,
+                "buffer_points": options.buffer_points,
             }
             tuner = tune.Tuner(
                 trainable,
@@ -229,8 +275,11 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
         errored = sum(1 for r in results if r.error is not None)
         interrupted = any(not (r.metrics or {}).get("pack_done") for r in results if r.error is None)
         status = "FAILED" if errored else "KILLED" if interrupted else "FINISHED"
-        tracker.finish(status)
-        counts = phase_counts(tracker.children())
+        spool = spool_dir_for(experiment_path, tracker.parent_run_id)
+        counts = _finish_tracking(tracker, status, results, spool, options.delivery_wait_s)
+        from ..tracking.delivery import pending_points
+
+        left_batches, left_points = pending_points(spool)
         last = [dict(r.metrics or {}) for r in results]
         nodes = {r.metrics["pack_id"] if "pack_id" in (r.metrics or {}) else r.config["pack"]["pack_id"]:
                  (r.metrics or {}).get("node_id", "") for r in results if r.config}
@@ -247,6 +296,10 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
             wall_s=time.time() - t_start,
             trial_nodes=nodes,
             trial_metrics=last,
+            spooled_points=sum(int(m.get("spooled_points", 0)) for m in last),
+            undelivered_dir=spool if left_batches else "",
+            undelivered_points=left_points,
+            undelivered_batches=left_batches,
         )
     finally:
         if started_ray:

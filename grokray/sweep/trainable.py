@@ -85,6 +85,7 @@ def train_pack(config: dict) -> None:
 
                 tracker.log_states(member_states(trainer), STATE_ARTIFACT)  # before the phase tag marks it done
             tracker.finish(results, thresholds)  # last points + summaries + phase tag, one batch per member
+            undelivered = tracker.close()  # an outage's backlog: delivered now, or left in the spool file
         else:
             tracker.log_curves(results)
         last_report = time.perf_counter()
@@ -101,7 +102,11 @@ def train_pack(config: dict) -> None:
             "mlflow_calls": tracker.calls,
             "trial_s": time.perf_counter() - started,
             "pack_done": done,
+            "spooled_points": tracker.courier.spooled_points,  # points that waited out a tracking outage
         }
+        if done:
+            metrics["undelivered_points"] = undelivered
+            metrics["spool"] = str(tracker.courier.spool.path) if undelivered else ""
         if hook is not None:
             metrics.update(hook(ctx, configs, results))
         with tempfile.TemporaryDirectory() as d:

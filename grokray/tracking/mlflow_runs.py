@@ -18,7 +18,10 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from .delivery import SPOOL_DIRNAME, Batch, Courier, is_transient, quick_failing_http, replay_dir, spool_files
+
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+OPEN_ATTEMPTS = 12  # opening a pack's runs waits out a tracking server restart of about a minute
 MAX_METRICS = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
 MAX_PARAMS_TAGS = 100  # mlflow.utils.validation.MAX_PARAMS_TAGS_PER_BATCH
 MAX_VALUE_LEN = 6000
@@ -90,19 +93,21 @@ def _now_ms() -> int:
 
 
 def _retry(fn, *args, attempts: int = 6, **kwargs):
-    """SQLite allows one writer at a time; packs logging at once may see 'database is locked' briefly."""
+    """SQLite allows one writer at a time; packs logging at once may see 'database is locked' briefly, and a
+    tracking server may be restarting. Transient failures are retried with backoff (0.2 s doubling, at most
+    15 s a wait); anything else is raised at once."""
     for i in range(attempts):
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001
-            if i == attempts - 1 or "locked" not in str(exc).lower():
+            if i == attempts - 1 or not is_transient(exc):
                 raise
-            time.sleep(0.2 * 2**i)
+            time.sleep(min(15.0, 0.2 * 2**i))
     return None
 
 
 def log_metrics(client: MlflowClient, run_id: str, metrics: list[Metric], tags: dict | None = None,
-                params: dict | None = None) -> int:
+                params: dict | None = None, attempts: int = 6) -> int:
     """Send metrics, params and tags in as few `log_batch` calls as MLflow's limits allow (1000 metrics,
     100 params + tags, 1000 entities per call). Params go first, tags ride in the last call. Returns calls made."""
     param_list = [Param(k, v) for k, v in clean(params or {}).items()]
@@ -120,7 +125,8 @@ def log_metrics(client: MlflowClient, run_id: str, metrics: list[Metric], tags: 
             batch_tags, tag_list = tag_list[:room_tags], tag_list[room_tags:]
             last = not tag_list
         if batch_params or batch_metrics or batch_tags:
-            _retry(client.log_batch, run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags)
+            _retry(client.log_batch, run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags,
+                   attempts=attempts)
             calls += 1
         if last:
             return calls
@@ -234,10 +240,21 @@ class PackTracker:
     def __init__(self, ctx: dict, pack: dict):
         self.ctx = ctx
         self.pack = pack
+        if ctx["tracking_uri"].startswith("http"):
+            quick_failing_http()  # the courier spools instead of letting MLflow's client retry for minutes
         self.client = MlflowClient(tracking_uri=ctx["tracking_uri"])
         self.runs: list[MemberRun] = []
-        self.calls = 0  # MLflow requests made (the benchmark reports them)
+        self._calls = 0
         self.seconds = 0.0  # time spent in MLflow from this worker
+        self.spool_dir = Path(ctx.get("spool_dir") or Path.home() / ".grokray" / SPOOL_DIRNAME / ctx["parent_run_id"])
+        self.courier = Courier(self.client, self.spool_dir / f"{pack['pack_id']}-{os.getpid()}-{_now_ms()}.jsonl",
+                               max_points=int(ctx.get("buffer_points", 200_000)),
+                               block_s=float(ctx.get("buffer_block_s", 0.0)))
+
+    @property
+    def calls(self) -> int:
+        """MLflow requests made (the benchmark reports them)."""
+        return self._calls + self.courier.calls
 
     def _timed(self, fn, *args, **kwargs):
         t0 = time.perf_counter()
@@ -251,11 +268,14 @@ class PackTracker:
 
     def _open(self, node_id: str) -> None:
         ctx, parent = self.ctx, self.ctx["parent_run_id"]
+        earlier = [p for p in spool_files(self.spool_dir) if p.name.startswith(f"{self.pack['pack_id']}-")]
+        for path in earlier:  # an earlier attempt of this pack spooled batches: deliver them before reading steps
+            replay_dir(path.parent, self.client, deadline_s=float(ctx.get("delivery_wait_s", 60.0)), only=[path])
         existing = search_all(
             self.client, ctx["experiment_id"],
             f"tags.mlflow.parentRunId = '{parent}' and tags.`grokray.pack_id` = '{self.pack['pack_id']}'",
         )
-        self.calls += 1
+        self._calls += 1
         by_key = {r.data.tags.get("grokray.trial_key"): r for r in existing}
         for member in self.pack["members"]:
             found = by_key.get(member["key"])
@@ -264,15 +284,15 @@ class PackTracker:
                 continue
             last = {}
             for key in found.data.metrics:  # only at a retry or resume
-                history = _retry(self.client.get_metric_history, found.info.run_id, key)
-                self.calls += 1
+                history = _retry(self.client.get_metric_history, found.info.run_id, key, attempts=OPEN_ATTEMPTS)
+                self._calls += 1
                 last[key] = max((m.step for m in history), default=-1)
             if found.info.status != "RUNNING" and PHASE_TAG not in found.data.tags:
                 _retry(self.client.update_run, found.info.run_id, status="RUNNING")
-                self.calls += 1
+                self._calls += 1
             if node_id:
                 _retry(self.client.set_tag, found.info.run_id, "grokray.node", node_id)
-                self.calls += 1
+                self._calls += 1
             from ..sweep.expand import flatten
 
             pending = {} if found.data.params else flatten(member["config"])  # died before its first batch
@@ -296,8 +316,9 @@ class PackTracker:
             "grokray.log_axes": ctx["log_axes"],
             "grokray.node": node_id,
         }
-        run = _retry(self.client.create_run, ctx["experiment_id"], run_name=member["name"], tags=clean(tags))
-        self.calls += 1
+        run = _retry(self.client.create_run, ctx["experiment_id"], run_name=member["name"], tags=clean(tags),
+                     attempts=OPEN_ATTEMPTS)
+        self._calls += 1
         return MemberRun(run.info.run_id, {}, flatten(cfg))
 
     def log_curves(self, results) -> None:
@@ -324,7 +345,7 @@ class PackTracker:
                 path = Path(d) / name
                 torch.save(state, path)
                 _retry(self.client.log_artifact, run.run_id, str(path))
-            self.calls += 1
+            self._calls += 1
 
     def _log(self, results, thresholds) -> None:
         now = _now_ms()
@@ -337,17 +358,20 @@ class PackTracker:
                 last = run.last_step.get(key, -1)
                 for step, value in zip(steps, values, strict=True):
                     if step > last and value is not None and math.isfinite(value):
-                        metrics.append(Metric(key, float(value), now, int(step)))
+                        metrics.append([key, float(value), now, int(step)])
                         run.last_step[key] = step
-            tags = None
+            tags, terminate = {}, None
             if thresholds is not None:
                 summary = result.summary(thresholds[i])
-                metrics += [Metric(k, float(v), now, int(result.steps_run)) for k, v in summary.items()
+                metrics += [[k, float(v), now, int(result.steps_run)] for k, v in summary.items()
                             if v is not None and math.isfinite(float(v))]
-                tags = {PHASE_TAG: result.phase}
-            if metrics or tags or run.pending_params:
-                self.calls += log_metrics(self.client, run.run_id, metrics, tags, run.pending_params)
+                tags, terminate = {PHASE_TAG: result.phase}, "FINISHED"
+            if metrics or tags or run.pending_params or terminate:
+                self.courier.send(Batch(run.run_id, metrics, clean(run.pending_params), clean(tags), terminate))
                 run.pending_params = {}
-            if thresholds is not None:
-                _retry(self.client.set_terminated, run.run_id, "FINISHED")
-                self.calls += 1
+
+    def close(self, wait_s: float | None = None) -> int:
+        """Deliver what an outage held back, waiting up to `wait_s` (ctx delivery_wait_s, default 60 s).
+        Returns the metric points left in the spool file `self.courier.spool.path` (0: everything delivered)."""
+        wait = float(self.ctx.get("delivery_wait_s", 60.0)) if wait_s is None else wait_s
+        return self._timed(self.courier.close, wait)

@@ -1,0 +1,273 @@
+"""Delivery that survives a tracking outage: a bounded in-memory queue, a write-ahead spool, retry with backoff.
+
+A worker never waits on MLflow for long. `Courier.send` tries to deliver a batch (metrics, params, tags and an
+optional "terminate" of the run); if the tracking server is unreachable, the batch is appended to the spool (JSON
+lines under the sweep's storage directory, before anything else happens to it) and queued in memory, and
+training goes on. Later sends first retry the queue, oldest first, no sooner than the backoff allows (1 s,
+doubling to 30 s). Training waits only when the queue holds more than `max_points` metric points: then it
+retries until the queue fits again, or until `block_s` has passed; what still cannot go out stays in the spool.
+
+A delivered spooled batch gets a `delivered` line in the same file; a file whose batches are all delivered is
+removed. Whatever is left is replayed by `grokray replay DIR` (`replay_dir`), by the driver at the end of the
+sweep, or by a retried pack. Replay is idempotent: before a spooled batch is sent, the run's latest stored step
+per metric is read, and points at or below it are dropped (a batch may have reached the server although its
+request failed, and a retried pack re-logs from its checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlflow.entities import Metric
+
+SPOOL_DIRNAME = "undelivered"
+MAX_BACKOFF_S = 30.0
+TRANSIENT_MARKERS = ("connection", "max retries", "timed out", "timeout", "temporarily", "locked", "refused",
+                     "unavailable", "bad gateway", "reset by peer", "remote end closed")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying later: the server is unreachable, overloaded or locked. A 4xx answer (a bad request) is not."""
+    if isinstance(exc, ConnectionError | TimeoutError | OSError):
+        return True
+    code = getattr(exc, "get_http_status_code", None)
+    status = code() if callable(code) else None
+    if status is not None and 400 <= status < 500:
+        return False
+    text = str(exc).lower()
+    return any(m in text for m in TRANSIENT_MARKERS) or (status is not None and status >= 500)
+
+
+def quick_failing_http() -> None:
+    """MLflow's HTTP client retries a refused connection for minutes by default. Workers spool instead, so they
+    ask for one quick retry (the user's own MLFLOW_HTTP_REQUEST_* settings win)."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+
+@dataclass
+class Batch:
+    run_id: str
+    metrics: list = field(default_factory=list)  # [key, value, timestamp_ms, step]
+    params: dict = field(default_factory=dict)
+    tags: dict = field(default_factory=dict)
+    terminate: str | None = None  # "FINISHED" etc.: end the run after the batch
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def points(self) -> int:
+        return len(self.metrics)
+
+    def to_json(self) -> str:
+        return json.dumps({"batch": self.id, "run_id": self.run_id, "metrics": self.metrics, "params": self.params,
+                           "tags": self.tags, "terminate": self.terminate})
+
+    @classmethod
+    def from_record(cls, rec: dict) -> Batch:
+        return cls(run_id=rec["run_id"], metrics=[list(m) for m in rec["metrics"]], params=rec.get("params") or {},
+                   tags=rec.get("tags") or {}, terminate=rec.get("terminate"), id=rec["batch"])
+
+
+def deliver(client, batch: Batch, dedup: bool) -> int:
+    """Send one batch with as few log_batch calls as MLflow's limits allow; returns calls made. With `dedup`,
+    points at or below the run's latest stored step of their key are dropped first."""
+    from .mlflow_runs import _retry, log_metrics
+
+    metrics = batch.metrics
+    if dedup and metrics:
+        stored = {m.key: m.step for m in _retry(client.get_run, batch.run_id, attempts=3).data._metric_objs}
+        metrics = [m for m in metrics if m[3] > stored.get(m[0], -1)]
+    objs = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in metrics]
+    calls = dedup
+    if objs or batch.params or batch.tags:
+        calls += log_metrics(client, batch.run_id, objs, batch.tags, batch.params, attempts=3)
+    if batch.terminate:
+        _retry(client.set_terminated, batch.run_id, batch.terminate, attempts=3)
+        calls += 1
+    return calls
+
+
+class Spool:
+    """One JSON-lines file: a line per undelivered batch, and a `{"delivered": id}` line once it went out."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.pending = 0  # spooled batches not yet marked delivered
+
+    def append(self, batch: Batch) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(batch.to_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.pending += 1
+
+    def mark(self, batch_id: str) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"delivered": batch_id}) + "\n")
+        self.pending -= 1
+        if self.pending <= 0 and not undelivered(self.path):
+            self.path.unlink(missing_ok=True)
+
+
+def undelivered(path: str | Path) -> list[Batch]:
+    """The batches of one spool file without a `delivered` line, in the order they were spooled."""
+    batches: dict[str, Batch] = {}
+    done: set[str] = set()
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a crash: that batch was never acknowledged
+            continue
+        if "delivered" in rec:
+            done.add(rec["delivered"])
+        else:
+            batches[rec["batch"]] = Batch.from_record(rec)
+    return [b for i, b in batches.items() if i not in done]
+
+
+def spool_files(directory: str | Path) -> list[Path]:
+    directory = Path(directory)
+    return sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
+
+
+def pending_points(directory: str | Path) -> tuple[int, int]:
+    """(batches, metric points) not yet delivered under a spool directory."""
+    batches = [b for p in spool_files(directory) for b in undelivered(p)]
+    return len(batches), sum(b.points for b in batches)
+
+
+def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: list | None = None
+               ) -> tuple[int, int, int]:
+    """Deliver every spooled batch under `directory` (or the files `only`), retrying transient failures until
+    `deadline_s` from now. Returns (batches delivered, their points, batches still undelivered)."""
+    end = time.monotonic() + deadline_s
+    sent = points = 0
+    for path in only if only is not None else spool_files(directory):
+        spool = Spool(path)
+        batches = undelivered(path)
+        spool.pending = len(batches)
+        for batch in batches:
+            wait = 1.0
+            while True:
+                try:
+                    deliver(client, batch, dedup=True)
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    if not is_transient(exc) or time.monotonic() + wait > end:
+                        return sent, points, pending_points(directory)[0]
+                    time.sleep(wait)
+                    wait = min(MAX_BACKOFF_S, wait * 2)
+            spool.mark(batch.id)
+            sent += 1
+            points += batch.points
+    return sent, points, 0
+
+
+class Courier:
+    """Ordered delivery of batches for one worker: straight through while the server answers, spooled and
+    retried while it does not. The memory queue is always a prefix of the spool's undelivered batches, so
+    batches go out in the order they were made (replay's step check relies on that)."""
+
+    def __init__(self, client, spool_path: str | Path, max_points: int = 200_000, block_s: float = 0.0,
+                 clock=time.monotonic, sleep=time.sleep):
+        self.client = client
+        self.spool = Spool(spool_path)
+        self.queue: deque[Batch] = deque()
+        self.on_disk_only = 0  # undelivered batches after the queue, held in the spool file only
+        self.max_points = max_points
+        self.block_s = block_s  # how long a full buffer may hold training up before it spills to disk only
+        self.clock, self.sleep = clock, sleep
+        self.backoff = 0.0
+        self.next_try = 0.0
+        self.failures = 0  # failed attempts
+        self.calls = 0
+        self.spooled_points = 0  # points that went through the spool (0 while the server answers)
+
+    @property
+    def queued_points(self) -> int:
+        return sum(b.points for b in self.queue)
+
+    @property
+    def backlog(self) -> bool:
+        return bool(self.queue) or self.on_disk_only > 0
+
+    def _failed(self, exc: BaseException) -> None:
+        if not is_transient(exc):
+            raise exc
+        self.failures += 1
+        self.backoff = min(MAX_BACKOFF_S, max(1.0, self.backoff * 2))
+        self.next_try = self.clock() + self.backoff
+
+    def _refill(self) -> None:
+        if self.queue or not self.on_disk_only:
+            return
+        rest = undelivered(self.spool.path)
+        points = 0
+        for batch in rest:
+            if self.queue and points + batch.points > self.max_points:
+                break
+            self.queue.append(batch)
+            points += batch.points
+        self.on_disk_only = len(rest) - len(self.queue)
+
+    def flush(self) -> bool:
+        """Retry the backlog, oldest first, if the backoff allows. True when nothing is left undelivered."""
+        if not self.backlog:
+            return True
+        if self.clock() < self.next_try:
+            return False
+        while True:
+            self._refill()
+            if not self.queue:
+                return True
+            try:
+                self.calls += deliver(self.client, self.queue[0], dedup=True)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(exc)
+                return False
+            self.spool.mark(self.queue.popleft().id)
+            self.backoff = 0.0
+
+    def send(self, batch: Batch) -> None:
+        if self.flush():
+            try:
+                self.calls += deliver(self.client, batch, dedup=False)
+                return
+            except Exception as exc:  # noqa: BLE001
+                self._failed(exc)
+        self.spool.append(batch)  # write-ahead: on disk before training goes on
+        self.spooled_points += batch.points
+        if self.on_disk_only:
+            self.on_disk_only += 1
+        else:
+            self.queue.append(batch)
+        self._relieve()
+
+    def _relieve(self) -> None:
+        """Over the memory bound: wait up to block_s for the server, then keep the newest batches on disk only."""
+        end = self.clock() + self.block_s
+        while self.queue and self.queued_points > self.max_points and self.clock() < end:
+            self.sleep(max(0.0, min(self.next_try - self.clock(), end - self.clock())))
+            self.flush()
+        while len(self.queue) > 1 and self.queued_points > self.max_points:
+            self.queue.pop()
+            self.on_disk_only += 1
+
+    def close(self, wait_s: float = 0.0) -> int:
+        """Retry the backlog for up to `wait_s`. Returns the points left only in the spool (0: all delivered)."""
+        end = self.clock() + wait_s
+        while not self.flush() and self.clock() < end:
+            self.sleep(max(0.05, min(self.next_try - self.clock(), end - self.clock())))
+        return sum(b.points for b in undelivered(self.spool.path)) if self.backlog else 0

@@ -1,0 +1,149 @@
+"""The tracking courier: spool while MLflow is away, retry with backoff, deliver in order, replay idempotently.
+Fast (fake client and clock, or a SQLite store): part of `make test`. The live outage is in
+test_reliability_outage.py."""
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from grokray.cli import main
+from grokray.tracking.delivery import Batch, Courier, Spool, is_transient, pending_points, undelivered
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += max(s, 0.01)
+
+
+class FlakyClient:
+    """Stores log_batch calls while `up`; raises a connection error while down."""
+
+    def __init__(self):
+        self.up = True
+        self.points: dict[tuple[str, str], list[int]] = {}
+        self.terminated = []
+        self.attempts = 0
+
+    def _check(self):
+        self.attempts += 1
+        if not self.up:
+            raise ConnectionError("Connection refused")
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        self._check()
+        for m in metrics:
+            self.points.setdefault((run_id, m.key), []).append(m.step)
+
+    def set_terminated(self, run_id, status):
+        self._check()
+        self.terminated.append((run_id, status))
+
+    def get_run(self, run_id):
+        self._check()
+
+        class M:
+            def __init__(self, key, step):
+                self.key, self.step = key, step
+
+        objs = [M(k, max(steps)) for (r, k), steps in self.points.items() if r == run_id and steps]
+        return type("Run", (), {"data": type("Data", (), {"_metric_objs": objs})()})()
+
+
+def batch(run, steps, terminate=None):
+    return Batch(run, [["train/acc", 0.5, 1, s] for s in steps], terminate=terminate)
+
+
+def test_outage_is_spooled_retried_with_backoff_and_delivered_in_order(tmp_path):
+    client, clock = FlakyClient(), Clock()
+    courier = Courier(client, tmp_path / "p.jsonl", max_points=1000, clock=clock, sleep=clock.sleep)
+    courier.send(batch("r", range(0, 10)))
+    client.up = False
+    for i in range(1, 6):  # the outage: every send returns at once, nothing is lost
+        courier.send(batch("r", range(10 * i, 10 * i + 10)))
+        clock.t += 0.5
+    attempts_during_outage = client.attempts
+    assert courier.failures < 5  # the backoff skips most attempts instead of hammering a dead server
+    assert pending_points(tmp_path) == (5, 50)  # the write-ahead spool holds every undelivered batch
+    client.up = True
+    clock.t += 60
+    courier.send(batch("r", range(60, 70), terminate="FINISHED"))
+    assert client.points[("r", "train/acc")] == list(range(70))  # in order, once each
+    assert client.terminated == [("r", "FINISHED")]
+    assert not (tmp_path / "p.jsonl").exists()  # all delivered: the spool file is gone
+    assert courier.close() == 0 and attempts_during_outage < 12
+
+
+def test_memory_bound_spills_to_disk_and_order_survives(tmp_path):
+    client, clock = FlakyClient(), Clock()
+    courier = Courier(client, tmp_path / "p.jsonl", max_points=25, clock=clock, sleep=clock.sleep)
+    client.up = False
+    for i in range(10):
+        courier.send(batch("r", range(10 * i, 10 * i + 10)))
+        assert courier.queued_points <= 25  # training never holds more than the bound in memory
+    assert pending_points(tmp_path) == (10, 100)
+    client.up = True
+    assert courier.close(wait_s=120) == 0
+    assert client.points[("r", "train/acc")] == list(range(100))
+
+
+def test_never_back_leaves_everything_in_the_spool(tmp_path):
+    client, clock = FlakyClient(), Clock()
+    courier = Courier(client, tmp_path / "p.jsonl", clock=clock, sleep=clock.sleep)
+    client.up = False
+    courier.send(batch("r", range(5), terminate="FINISHED"))
+    assert courier.close(wait_s=5) == 5
+    [left] = undelivered(tmp_path / "p.jsonl")
+    assert left.terminate == "FINISHED" and [m[3] for m in left.metrics] == list(range(5))
+
+
+def test_transient_or_not():
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+    assert is_transient(ConnectionError("x")) and is_transient(MlflowException("API request failed: Max retries"))
+    assert is_transient(MlflowException("database is locked"))
+    assert not is_transient(MlflowException("bad param", error_code=INVALID_PARAMETER_VALUE))
+
+
+def test_replay_command_delivers_once(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("replay"))
+    run_id = run.info.run_id
+    spool_dir = tmp_path / "undelivered"
+    spool = Spool(spool_dir / "pack-0000-1.jsonl")
+    spool.append(batch(run_id, range(0, 5)))
+    spool.append(batch(run_id, range(5, 10), terminate="FINISHED"))
+    # the first batch reached the server although its request "failed": replay must not send it twice
+    client.log_batch(run_id, metrics=[__import__("mlflow").entities.Metric("train/acc", 0.5, 1, s) for s in range(5)])
+    assert main(["replay", str(spool_dir), "--tracking-uri", uri]) == 0
+    assert "replayed 2 of 2 batches (10 of 10 metric points)" in capsys.readouterr().out
+    steps = [m.step for m in client.get_metric_history(run_id, "train/acc")]
+    assert steps == list(range(10))
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert pending_points(spool_dir) == (0, 0)
+    assert main(["replay", str(spool_dir), "--tracking-uri", uri]) == 2  # nothing left: one clear line
+
+
+def test_spool_lines_are_json(tmp_path):
+    spool = Spool(tmp_path / "s.jsonl")
+    spool.append(batch("r", [1, 2]))
+    rec = json.loads((tmp_path / "s.jsonl").read_text().splitlines()[0])
+    assert rec["run_id"] == "r" and rec["metrics"][0] == ["train/acc", 0.5, 1, 1]
+
+
+@pytest.mark.parametrize("cut", [10, 30])
+def test_a_torn_last_line_is_ignored(tmp_path, cut):
+    spool = Spool(tmp_path / "s.jsonl")
+    spool.append(batch("r", [1]))
+    text = batch("r", [2]).to_json()
+    with (tmp_path / "s.jsonl").open("a") as f:
+        f.write(text[:cut])
+    assert [b.metrics[0][3] for b in undelivered(tmp_path / "s.jsonl")] == [1]

@@ -27,6 +27,7 @@ TRIAL_KEYS = ("task", "model", "optim", "train", "phases", "seed")
 SPEC_KEYS = ("name", "description", *TRIAL_KEYS[:-1], "seeds", "sweep", "resources", "smoke", "search", "adaptive",
              "artifacts")
 AXIS_KINDS = ("values", "linspace", "logspace", "range")
+MAX_AXIS_POINTS = 100_000  # one axis; checked before numpy builds it (a typo like num: 1e9 would take 8 GB)
 
 
 @dataclass
@@ -134,6 +135,8 @@ def axis_values(path: str, axis) -> list:
     if kind == "values":
         if not isinstance(arg, list) or not arg:
             raise SpecError(where, f"expected a non-empty list, got {arg!r}")
+        if len(arg) > MAX_AXIS_POINTS:
+            raise SpecError(where, f"has {len(arg)} values; at most {MAX_AXIS_POINTS} on one axis")
         return list(arg)
     if not isinstance(arg, list) or len(arg) != 3:
         raise SpecError(where, f"expected [start, stop, {'step' if kind == 'range' else 'num'}], got {arg!r}")
@@ -142,6 +145,8 @@ def axis_values(path: str, axis) -> list:
         step = coerce(float, arg[2], f"{where}[2]")
         if step == 0 or (stop - start) / step < 0:
             raise SpecError(f"{where}[2]", f"got {arg[2]!r}; step must move from start towards stop")
+        if (stop - start) / step > MAX_AXIS_POINTS:
+            raise SpecError(where, f"{arg!r} has {(stop - start) / step:.3g} points; at most {MAX_AXIS_POINTS}")
         values = list(np.arange(start, stop, step))
         if not values:
             raise SpecError(where, f"{arg!r} is empty")
@@ -151,6 +156,8 @@ def axis_values(path: str, axis) -> list:
     num = coerce(int, arg[2], f"{where}[2]", {"ge": 1})
     if num < 1:
         raise SpecError(f"{where}[2]", f"got {num}; need at least 1 point")
+    if num > MAX_AXIS_POINTS:
+        raise SpecError(f"{where}[2]", f"got {num}; at most {MAX_AXIS_POINTS} points on one axis")
     fn = np.linspace if kind == "linspace" else np.logspace
     return [float(v) for v in fn(start, stop, num)]
 

@@ -169,12 +169,58 @@ def _chunks(items: list, size: int) -> list[list]:
     return out
 
 
+PROBE_BYTES = 4 * 2**30  # address space the one-member sizing probe may add before it counts as a spec mistake
+
+
+class _ProbeLimit:
+    """Cap this process's address space while the sizing probe builds one member: a spec typo such as
+    `task.p: 1000000` or `hidden: [1e9]` then fails as a MemoryError instead of swapping the machine to death."""
+
+    def __enter__(self):
+        self.saved = None
+        try:
+            import resource
+
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            with open("/proc/self/statm") as f:
+                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            cap = used + PROBE_BYTES
+            if hard == resource.RLIM_INFINITY or cap < hard:
+                resource.setrlimit(resource.RLIMIT_AS, (cap if soft == resource.RLIM_INFINITY else min(cap, soft),
+                                                        hard))
+                self.saved = (soft, hard)
+        except (ImportError, OSError, ValueError):
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, self.saved)
+        return False
+
+
+def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float) -> int:
+    from ..errors import SpecError
+
+    try:
+        with _ProbeLimit():
+            return auto_pack_size(config, n, device, gpu_fraction=frac)
+    except (MemoryError, RuntimeError) as exc:
+        if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+            raise
+        raise SpecError("model", f"one configuration ({config.task.registry_name} x {config.model.registry_name}) "
+                        f"does not fit in {PROBE_BYTES // 2**30} GiB; check the task size (e.g. task.p) and the "
+                        "model's widths") from None
+
+
 def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: str) -> int:
     """resources.pack_size, or auto: what fits the device, but at least `slots` packs to keep every slot busy."""
     size = spec.resources.pack_size
     if size == "auto":
         frac = min(1.0, spec.resources.gpu) if spec.resources.gpu > 0 else 1.0
-        size = auto_pack_size(config, n, device, gpu_fraction=frac)
+        size = _probe_pack_size(config, n, device, frac)
         if device == "cpu":
             size = min(size, max(1, math.ceil(n / max(1, slots))))
     cap = max_pack_size(config)
@@ -202,6 +248,25 @@ def expand(spec: Spec, slots: int | None = None) -> Plan:
         for chunk in _chunks(group, size):
             packs.append(Pack(f"pack-{len(packs):04d}", chunk))
     return Plan(spec=spec, packs=packs, swept=swept_keys(spec))
+
+
+DEFAULT_MAX_CONFIGS = 100_000
+
+
+def n_configs(spec: Spec) -> int:
+    """Configurations the spec expands to, without building them."""
+    return math.prod(len(v) for v in spec.axes.values()) * len(spec.seeds)
+
+
+def check_size(spec: Spec, limit: int | None) -> int:
+    """The expansion's size, or a SpecError when it exceeds `limit` (None: no limit)."""
+    n = n_configs(spec)
+    if limit is not None and n > limit:
+        from ..errors import SpecError
+
+        raise SpecError("sweep", f"expands to {n} configurations, more than the limit {limit}; "
+                        f"rerun with --yes to run them all (or raise --max-configs)")
+    return n
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, object]:

@@ -110,7 +110,9 @@ def make_sampler(cfg: SearchConfig, offset: int = 0):
     seed = cfg.seed + offset
     if cfg.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, constant_liar=cfg.max_concurrent > 1, multivariate=True)
+    startup = min(10, max(3, cfg.n_trials // 4))  # Optuna's 10 random trials would be most of a small budget
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=cfg.max_concurrent > 1,
+                                      multivariate=True)
 
 
 def directions(cfg: SearchConfig) -> list[str]:

@@ -60,11 +60,18 @@ def _run_adaptive(spec, args) -> int:
 
 def _run(args) -> int:
     from .spec import load_spec
-    from .sweep.expand import expand
+    from .sweep.expand import check_size, expand, n_configs
 
     spec = load_spec(args.spec, args.set, args.scale)
     if args.adaptive or spec.raw.get("adaptive"):
         return _run_adaptive(spec, args)
+    if args.max_configs < 1:
+        raise SpecError("--max-configs", f"got {args.max_configs}; must be >= 1")
+    limit = None if args.yes else args.max_configs
+    if args.dry_run and limit is not None and n_configs(spec) > limit:
+        print(f"configurations: {n_configs(spec)}  (more than --max-configs {limit}: a run needs --yes)")
+        return 0
+    check_size(spec, limit)  # before anything is built: a typo like `num: 1e6` costs nothing
     spec.trials()  # the whole sweep is validated before Ray starts or MLflow is written to
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise SpecError("--max-concurrent", f"got {args.max_concurrent}; must be >= 1")
@@ -89,6 +96,7 @@ def _run(args) -> int:
         tracking_uri=args.tracking_uri,
         storage=args.storage,
         checkpoint_every=args.checkpoint_every,
+        delivery_wait_s=args.delivery_wait,
     )
     summary = run_sweep(spec, options)
     print(phase_table(summary.phase_counts, summary.configurations))
@@ -98,7 +106,34 @@ def _run(args) -> int:
         print(f"{summary.errored_trials} packs failed after retries; rerun with --resume", file=sys.stderr)
     print(f"MLflow: experiment {spec.name!r}, parent run {summary.parent_run_id}")
     print(f"open the UI: {ui_hint(summary.tracking_uri)}")
+    if summary.undelivered_points or summary.undelivered_batches:
+        print(f"grokray: MLflow at {summary.tracking_uri} did not take {summary.undelivered_points} metric points "
+              f"({summary.undelivered_batches} batches); they are saved in {summary.undelivered_dir}\n"
+              f"deliver them once it is back: grokray replay {summary.undelivered_dir} "
+              f"--tracking-uri {summary.tracking_uri}", file=sys.stderr)
+        return 3
     return 1 if summary.errored_trials else 0
+
+
+def _replay(args) -> int:
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    from .tracking import resolve_tracking_uri
+    from .tracking.delivery import pending_points, replay_dir, spool_files
+
+    if not spool_files(args.dir):
+        raise SpecError("dir", f"no spool files (*.jsonl) in {str(Path(args.dir))!r}; nothing to replay")
+    uri = resolve_tracking_uri(args.tracking_uri)
+    batches, points = pending_points(args.dir)
+    sent, sent_points, left = replay_dir(args.dir, MlflowClient(uri), deadline_s=args.wait)
+    print(f"replayed {sent} of {batches} batches ({sent_points} of {points} metric points) to {uri}")
+    if left:
+        print(f"grokray: {left} batches still undelivered in {args.dir}; is {uri} up? run this again",
+              file=sys.stderr)
+        return 3
+    return 0
 
 
 def _search(args) -> int:
@@ -189,7 +224,21 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: ./grokray-results)")
     run.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
                      help="steps per chunk: each chunk logs to MLflow, and checkpoints/reports at most every 10 s")
+    run.add_argument("--max-configs", type=int, default=100_000, metavar="N",
+                     help="refuse a sweep that expands to more configurations unless --yes (default: 100000)")
+    run.add_argument("--yes", action="store_true", help="run however many configurations the spec expands to")
+    run.add_argument("--delivery-wait", type=float, default=60.0, metavar="SECONDS",
+                     help="after a tracking outage, how long to retry the held-back metrics before leaving "
+                          "them on disk for `grokray replay` (default: 60)")
     run.set_defaults(func=_run)
+
+    replay = sub.add_parser("replay", help="deliver metrics a sweep saved on disk while MLflow was unreachable")
+    replay.add_argument("dir", help="the directory `grokray run` named (<storage>/<sweep>/undelivered)")
+    replay.add_argument("--tracking-uri", default=None, metavar="URI",
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    replay.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                        help="keep retrying an unreachable server this long (default: 60)")
+    replay.set_defaults(func=_replay)
 
     search = sub.add_parser("search", help="Optuna search (inside Ray Tune) for the settings that generalize "
                             "fastest (the spec's search: block); a persistent, resumable study")

@@ -6,4 +6,5 @@ class SpecError(ValueError):
 
     def __init__(self, field: str, message: str):
         self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
+        text = f"{field}: {message}" if field else message
+        super().__init__(" ".join(text.splitlines()) or text)  # one line even when a bad key holds a newline

@@ -73,6 +73,9 @@ def _registered(registry, raw, path):
         raise SpecError(path, f"expected a mapping with a 'name' ({', '.join(registry.names())}), got {raw!r}")
     if "name" not in raw:
         raise SpecError(f"{path}.name", f"missing; allowed: {', '.join(registry.names())}")
+    if not isinstance(raw["name"], str):
+        allowed = ", ".join(registry.names())
+        raise SpecError(f"{path}.name", f"expected a string, got {raw['name']!r}; allowed: {allowed}")
     entry = registry.get(raw["name"])
     return entry, parse_dataclass(entry.config_cls, {k: v for k, v in raw.items() if k != "name"}, path)
 
@@ -93,6 +96,9 @@ def parse_trial(raw: dict) -> TrialConfig:
     if hasattr(family, "check_task"):
         family.check_task(model, task, "model")
     defaults = family.defaults if hasattr(family, "defaults") else {}
+    for key in ("train", "phases"):
+        if not isinstance(raw.get(key) or {}, dict):
+            raise SpecError(key, f"expected a mapping of {key} settings, got {raw[key]!r}")
     train = parse_dataclass(TrainConfig, {**defaults.get("train", {}), **(raw.get("train") or {})}, "train")
     phases = parse_dataclass(PhaseConfig, {**defaults.get("phases", {}), **(raw.get("phases") or {})}, "phases")
     optim_raw = raw.get("optim") or {}

@@ -113,7 +113,8 @@ def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path)
 @pytest.mark.slow
 def test_best_configuration_generalizes_twice_as_fast_as_the_start(local_ray, tmp_path):
     """Start: decoder lr 1e-3, wd 5 (seed 1) groks: val > 90% at step 1438 of 2000 (train at 565). Four seeded
-    TPE trials over embedding lr and decoder weight decay find one at least 2x faster."""
+    TPE trials over embedding lr and decoder weight decay find one at least 2x faster. Measured: trials at 480,
+    435, 521, 744 steps (best 435: embedding lr 4.0e-3, decoder wd 2.72), 3.3x; 17 s on 2 quiet cores, 143 s loaded."""
     from grokray.engine import run_trial
 
     spec = load_spec(TOY, ["optim.decoder.lr=1e-3", "train.steps=2000", "phases.budget=2000", "phases.gap=100",

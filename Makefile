@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow reliability lint bench clean
+.PHONY: demo test test-slow library reliability lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -27,6 +27,9 @@ test: $(STAMP) lint
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+library: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m library; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
 
 reliability: $(STAMP)
 	$(BIN)/python -m pytest -q -m reliability; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc

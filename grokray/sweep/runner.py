@@ -173,6 +173,10 @@ def _finish_tracking(tracker, status: str, results, spool: str, wait_s: float) -
     from ..tracking import phase_counts
     from ..tracking.delivery import Batch, Spool, is_transient, replay_dir
 
+    if tracker.uri.startswith("http"):
+        from ..tracking.delivery import quick_failing_http
+
+        quick_failing_http()  # a server that is still away answers in seconds, not after minutes of retries
     replay_dir(spool, tracker.client, deadline_s=wait_s)
     try:
         tracker.finish(status)

@@ -85,7 +85,9 @@ def train_pack(config: dict) -> None:
 
                 tracker.log_states(member_states(trainer), STATE_ARTIFACT)  # before the phase tag marks it done
             tracker.finish(results, thresholds)  # last points + summaries + phase tag, one batch per member
+            t_close = time.perf_counter()
             undelivered = tracker.close()  # an outage's backlog: delivered now, or left in the spool file
+            close_s = time.perf_counter() - t_close
         else:
             tracker.log_curves(results)
         last_report = time.perf_counter()
@@ -106,6 +108,7 @@ def train_pack(config: dict) -> None:
         }
         if done:
             metrics["undelivered_points"] = undelivered
+            metrics["delivery_wait_s"] = close_s  # after training: waiting for a tracking server to return
             metrics["spool"] = str(tracker.courier.spool.path) if undelivered else ""
         if hook is not None:
             metrics.update(hook(ctx, configs, results))

@@ -29,6 +29,7 @@ SECRET = re.compile(r"token|password|passwd|secret|credential|key", re.IGNORECAS
 OURS = frozenset({"grokray.trial_key"})
 PHASE_TAG = "grokray.phase"
 ROLE_TAG = "grokray.role"
+STARTS_TAG = "grokray.starts"  # how many times a worker opened this configuration's run (1 unless retried/resumed)
 
 
 def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) -> str:
@@ -290,9 +291,10 @@ class PackTracker:
             if found.info.status != "RUNNING" and PHASE_TAG not in found.data.tags:
                 _retry(self.client.update_run, found.info.run_id, status="RUNNING")
                 self._calls += 1
-            if node_id:
-                _retry(self.client.set_tag, found.info.run_id, "grokray.node", node_id)
-                self._calls += 1
+            starts = int(found.data.tags.get(STARTS_TAG, "1")) + 1  # a retry or resume: counted, so tests
+            tags = [RunTag(STARTS_TAG, str(starts))] + ([RunTag("grokray.node", node_id)] if node_id else [])
+            _retry(self.client.log_batch, found.info.run_id, tags=tags, attempts=OPEN_ATTEMPTS)  # can see re-runs
+            self._calls += 1
             from ..sweep.expand import flatten
 
             pending = {} if found.data.params else flatten(member["config"])  # died before its first batch
@@ -315,6 +317,7 @@ class PackTracker:
             "grokray.swept": ctx["swept"],
             "grokray.log_axes": ctx["log_axes"],
             "grokray.node": node_id,
+            STARTS_TAG: 1,
         }
         run = _retry(self.client.create_run, ctx["experiment_id"], run_name=member["name"], tags=clean(tags),
                      attempts=OPEN_ATTEMPTS)

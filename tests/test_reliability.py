@@ -1,0 +1,393 @@
+"""Failure injection (`make reliability`): a dead node, a killed driver, a tracking outage, a 2,000-run load.
+Each test prints its measured figure as `RELIABILITY <name> key=value ...` (docs/reliability.md quotes them)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from grokray.engine import make_trainer
+from grokray.engine.schedule import record_steps
+from grokray.spec import load_spec
+from grokray.sweep.expand import expand
+
+pytestmark = pytest.mark.reliability
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
+GROKRAY = Path(sys.executable).with_name("grokray")
+FIGURES = Path(os.environ.get("GROKRAY_RELIABILITY_FIGURES", "/tmp/grokray-reliability-figures.jsonl"))
+
+
+def report(name: str, **figures):
+    line = " ".join(f"{k}={v}" for k, v in figures.items())
+    print(f"\nRELIABILITY {name} {line}")
+    with FIGURES.open("a") as f:
+        f.write(json.dumps({"test": name, "date": time.strftime("%Y-%m-%d"), **figures}) + "\n")
+
+
+def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def children(uri: str, experiment: str = "quickstart"):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    return client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",
+                              max_results=5000)
+
+
+def expected_steps(cfg) -> list[int]:
+    total = min(cfg.train.steps, cfg.phases.budget)
+    return sorted(record_steps(total, cfg.train.curve_points_per_decade))
+
+
+def check_complete(uri: str, spec, keys=("train/loss", "val/acc")) -> dict:
+    """One FINISHED run per configuration, each series exactly the engine's record schedule (stop_when_classified
+    is off in these specs, so every member records its whole schedule). Returns {trial key: run}."""
+    runs = children(uri, spec.name)
+    by_key = {}
+    for r in runs:
+        by_key.setdefault(r.data.tags["grokray.trial_key"], []).append(r)
+    configs = {c.key(): c for c in spec.trials()}
+    assert set(by_key) == set(configs), (len(by_key), len(configs))
+    assert all(len(v) == 1 for v in by_key.values()), "duplicate runs"
+    client = MlflowClient(uri)
+    for key, [run] in by_key.items():
+        assert run.info.status == "FINISHED" and "grokray.phase" in run.data.tags, run.info.run_id
+        for metric in keys:
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+            assert steps == expected_steps(configs[key]), (metric, len(steps))
+    return {k: v[0] for k, v in by_key.items()}
+
+
+# -- an MLflow server we can stop and restart ------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    def __init__(self, root: Path, workers: int = 1):
+        self.root, self.port, self.workers = root, free_port(), workers
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self):
+        mlflow = Path(sys.executable).with_name("mlflow")
+        self.proc = subprocess.Popen(
+            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers",
+             str(self.workers), "--backend-store-uri", f"sqlite:///{self.root}/server.db",
+             "--artifacts-destination", str(self.root / "artifacts")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+
+        def up():
+            try:
+                urllib.request.urlopen(f"{self.url}/health", timeout=2)
+                return True
+            except OSError:
+                assert self.proc.poll() is None, "mlflow server exited"
+                return False
+
+        wait_for(up, 90, "mlflow server")
+        return self
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # uvicorn/gunicorn workers go with it
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        self.proc = None
+
+
+@pytest.fixture()
+def server(tmp_path):
+    srv = MlflowServer(tmp_path).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def local_ray():
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def sweep_options(tmp_path, uri, **kw):
+    from grokray.sweep.runner import SweepOptions
+
+    return SweepOptions(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=50,
+                        min_report_s=1.0, progress=False, **kw)
+
+
+LONG = ["phases.stop_when_classified=false", "resources.pack_size=4", "seeds=[0]"]
+
+
+# -- 3. tracking outage --------------------------------------------------------------------------------------
+def test_tracking_outage_of_30s_is_buffered_and_delivered(local_ray, tmp_path, server):
+    from grokray.sweep.runner import run_sweep
+
+    spec = load_spec(QUICKSTART, [*LONG, "train.steps=6000", "phases.budget=6000"], scale="smoke")
+    outage = {}
+
+    def break_it():
+        wait_for(lambda: any(r.data.metrics for r in children(server.url)), 240, "first curves", every=1.0)
+        outage["start"] = time.time()
+        server.stop()
+        time.sleep(30)
+        server.start()
+        outage["end"] = time.time()
+
+    killer = threading.Thread(target=break_it, daemon=True)
+    killer.start()
+    summary = run_sweep(spec, sweep_options(tmp_path, server.url, max_concurrent=2))
+    killer.join(timeout=120)
+    assert "end" in outage, "the sweep ended before the outage did"
+    assert summary.errored_trials == 0
+    check_complete(server.url, spec)
+    assert summary.undelivered_points == 0 and summary.spooled_points > 0  # held back, then delivered
+    # training went on during the outage: the time a pack spent outside training is far below the outage
+    stall = max(m["trial_s"] - m["train_s"] - m["delivery_wait_s"] for m in summary.trial_metrics)
+    assert stall < 20, stall  # (waiting for the server after the last step is bounded by delivery_wait_s)
+    points = sum(len(expected_steps(c)) * 5 for c in spec.trials())
+    report("tracking_outage", outage_s=round(outage["end"] - outage["start"]), spooled_points=summary.spooled_points,
+           points_lost=0, max_non_training_s=round(stall, 1), configurations=summary.configurations,
+           points_expected=points)
+
+
+def test_tracking_server_that_never_returns(local_ray, tmp_path, server, capsys):
+    from grokray.cli import main
+
+    args = ["run", str(QUICKSTART), "--scale", "smoke", *sum((["-s", o] for o in LONG), []),
+            "-s", "train.steps=3000", "-s", "phases.budget=3000", "--tracking-uri", server.url,
+            "--storage", str(tmp_path / "results"), "--checkpoint-every", "100", "--delivery-wait", "3",
+            "--max-concurrent", "2"]
+    spec = load_spec(QUICKSTART, [*LONG, "train.steps=3000", "phases.budget=3000"], scale="smoke")
+
+    def break_it():
+        wait_for(lambda: len(children(server.url)) == len(spec.points()), 240, "all runs created", every=1.0)
+        server.stop()
+
+    killer = threading.Thread(target=break_it, daemon=True)
+    killer.start()
+    code = main(args)
+    killer.join(timeout=60)
+    err = capsys.readouterr().err
+    assert code == 3, err
+    line = [x for x in err.splitlines() if x.startswith("deliver them once it is back: grokray replay ")][-1]
+    spool_dir = line.split("grokray replay ", 1)[1].split(" --tracking-uri")[0]
+    assert "metric points" in err and spool_dir in err and Path(spool_dir).is_dir()
+    server.start()  # back on the same port and database: the printed command delivers everything
+    assert main(["replay", spool_dir, "--tracking-uri", server.url]) == 0
+    check_complete(server.url, spec)
+    parent = MlflowClient(server.url).search_runs(
+        [children(server.url)[0].info.experiment_id], filter_string="tags.`grokray.role` = 'parent'")[0]
+    assert parent.info.status == "FINISHED" and any(k.startswith("phase_count/") for k in parent.data.metrics)
+    report("tracking_never_back", exit_code=code, points_lost=0, spool_dir_named=True)
+
+
+# -- 2. driver loss ------------------------------------------------------------------------------------------
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def test_driver_sigkill_then_resume(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    overrides = [*LONG, "train.steps=3000", "phases.budget=3000"]
+    args = [str(GROKRAY), "run", str(QUICKSTART), "--scale", "smoke", *sum((["-s", o] for o in overrides), []),
+            "--max-concurrent", "1", "--checkpoint-every", "100", "--tracking-uri", uri,
+            "--storage", str(tmp_path / "results")]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    env["TUNE_GLOBAL_CHECKPOINT_S"] = "1"  # Tune saves its experiment state every second
+    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        def midway():
+            if not list((tmp_path / "results").glob("quickstart_*")):
+                return False
+            runs = children(uri)
+            done = [r for r in runs if "grokray.phase" in r.data.tags]
+            return len(done) == 4 and any(r.data.metrics for r in runs if r not in done)
+
+        wait_for(midway, 300, "pack 1 finished and pack 2 logging")
+        time.sleep(3)  # Tune's experiment state has seen pack 1 finish
+        os.kill(first.pid, signal.SIGKILL)  # the driver only; Ray's processes die with it (fate sharing)
+        first.wait(timeout=30)
+    finally:
+        _kill_group(first)
+    before = {r.data.tags["grokray.trial_key"]: r for r in children(uri)}
+    finished_before = {k for k, r in before.items() if "grokray.phase" in r.data.tags}
+    resumed = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=400, start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    spec = load_spec(QUICKSTART, overrides, scale="smoke")
+    runs = check_complete(uri, spec)
+    starts = {k: int(r.data.tags["grokray.starts"]) for k, r in runs.items()}
+    rerun = [k for k in finished_before if starts[k] != 1 or runs[k].info.end_time != before[k].info.end_time]
+    assert not rerun, rerun  # finished trials not re-run
+    assert all(starts[k] == 2 for k in runs if k not in finished_before)  # the interrupted pack: once more
+    report("driver_loss", configurations=len(runs), finished_before_kill=len(finished_before),
+           re_run=len(rerun), duplicated=0, lost=0, trial_starts=sum(starts.values()))
+
+
+def test_search_driver_sigkill_then_resume(tmp_path):
+    spec_path = ROOT / "sweeps" / "degrok_toy.yaml"
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = [str(GROKRAY), "search", str(spec_path), "--scale", "smoke", "-s", "search.n_trials=6",
+            "-s", "search.max_concurrent=1", "-s", "train.steps=1500", "-s", "phases.budget=1500",
+            "-s", "phases.stop_when_classified=false", "--tracking-uri", uri, "--storage", str(tmp_path / "results")]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    env["TUNE_GLOBAL_CHECKPOINT_S"] = "1"
+    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        def midway():
+            runs = children(uri, "degrok-toy")
+            done = [r for r in runs if "grokray.phase" in r.data.tags]
+            return len(done) >= 2 and len(runs) > len(done)
+
+        wait_for(midway, 400, "two search trials finished and a third running")
+        time.sleep(3)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        _kill_group(first)
+    before = {r.data.tags["grokray.trial_key"]: r for r in children(uri, "degrok-toy")}
+    finished_before = {k for k, r in before.items() if "grokray.phase" in r.data.tags}
+    resumed = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=500, start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    runs = children(uri, "degrok-toy")
+    keys = [r.data.tags["grokray.trial_key"] for r in runs]
+    assert len(keys) == len(set(keys))  # one run per configuration
+    by_key = {r.data.tags["grokray.trial_key"]: r for r in runs}
+    rerun = [k for k in finished_before if int(by_key[k].data.tags.get("grokray.starts", "1")) != 1
+             or by_key[k].info.end_time != before[k].info.end_time]
+    assert not rerun
+    assert all(r.info.status == "FINISHED" and "grokray.phase" in r.data.tags for r in runs)
+    assert "6 trials" in resumed.stdout, resumed.stdout[-1000:]
+    report("search_driver_loss", trials=len(runs), finished_before_kill=len(finished_before), re_run=len(rerun),
+           duplicated=0)
+
+
+# -- 1. node loss --------------------------------------------------------------------------------------------
+def test_node_loss_mid_sweep(tmp_path):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from grokray.sweep.runner import run_sweep
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    overrides = [*LONG, "train.steps=4000", "phases.budget=4000"]
+    spec = load_spec(QUICKSTART, overrides, scale="smoke")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    killed = {}
+
+    def kill_one():
+        def running():
+            runs = children(uri)
+            return len(runs) == len(spec.points()) and all(r.data.metrics for r in runs)
+
+        wait_for(running, 300, "both packs logging")
+        node = workers[1]
+        killed["node_id"] = node.node_id
+        killed["at"] = time.time()
+        cluster.remove_node(node, allow_graceful=False)
+
+    try:
+        killer = threading.Thread(target=kill_one, daemon=True)
+        killer.start()
+        summary = run_sweep(spec, sweep_options(tmp_path, uri, checkpoint_every=100))
+        killer.join(timeout=60)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert killed, "no node was killed"
+    assert summary.errored_trials == 0
+    runs = check_complete(uri, spec)
+    starts = {k: int(r.data.tags["grokray.starts"]) for k, r in runs.items()}
+    retried = sum(1 for s in starts.values() if s > 1)
+    assert retried >= 1  # the dead node's pack restarted elsewhere
+    assert all(r.data.tags["grokray.node"] != killed["node_id"] for r in runs.values() if starts[
+        r.data.tags["grokray.trial_key"]] > 1)
+    # phases and crossings equal an undisturbed run of the same packs (the engine alone, same composition)
+    plan = expand(spec, slots=2)
+    differ = 0
+    for pack in plan.packs:
+        trainer = make_trainer([m.config for m in pack.members])
+        trainer.run()
+        for member, result in zip(pack.members, trainer.results(), strict=True):
+            run = runs[member.key]
+            same = (run.data.tags["grokray.phase"] == result.phase
+                    and run.data.metrics.get("final/val/acc") == pytest.approx(result.final["val/acc"], abs=0)
+                    and run.data.metrics.get("steps_run") == result.steps_run)
+            differ += not same
+    assert differ == 0
+    assert {r.data.tags["grokray.pack_id"] for r in runs.values()} == {p.pack_id for p in plan.packs}
+    report("node_loss", configurations=len(runs), packs=len(plan.packs), retried_configurations=retried,
+           lost=0, duplicated=0, phases_differing=differ)
+
+
+# -- 4. load -------------------------------------------------------------------------------------------------
+def test_load_2000_configurations_through_a_server(local_ray, tmp_path):
+    from grokray.sweep.runner import run_sweep
+
+    srv = MlflowServer(tmp_path, workers=2).start()
+    try:
+        overrides = ["phases.stop_when_classified=false", "seeds=[0]", "train.steps=20", "phases.budget=20",
+                     "model.hidden=[16]", "resources.pack_size=250", "train.curve_points_per_decade=8"]
+        spec = load_spec(QUICKSTART, overrides, scale="smoke")
+        spec.axes = {"optim.decoder.lr": [10 ** (-4 + 2 * i / 49) for i in range(50)],
+                     "optim.decoder.weight_decay": [i * 0.25 for i in range(40)]}
+        assert len(spec.points()) == 2000
+        t0 = time.time()
+        summary = run_sweep(spec, sweep_options(tmp_path, srv.url, min_report_s=5.0))
+        wall = time.time() - t0
+        assert summary.errored_trials == 0 and summary.configurations == 2000
+        client = MlflowClient(srv.url)
+        runs = children(srv.url)
+        keys = {r.data.tags["grokray.trial_key"] for r in runs}
+        assert len(runs) == len(keys) == 2000 and keys == {c.key() for c in spec.trials()}
+        assert all(r.info.status == "FINISHED" and "grokray.phase" in r.data.tags for r in runs)
+        points_each = len(expected_steps(spec.trials()[0])) * 5
+        for r in runs[::97]:  # a sample's full histories
+            for key in ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm"):
+                steps = [m.step for m in client.get_metric_history(r.info.run_id, key)]
+                assert steps == expected_steps(spec.trials()[0]), key
+        points = 2000 * points_each
+        report("load", configurations=2000, packs=summary.packs, wall_s=round(wall, 1),
+               runs_per_s=round(2000 / wall, 1), points=points, points_per_s=round(points / wall),
+               machine=f"{os.cpu_count()}-core", server_workers=2)
+    finally:
+        srv.stop()

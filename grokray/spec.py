@@ -27,6 +27,7 @@ TRIAL_KEYS = ("task", "model", "optim", "train", "phases", "seed")
 SPEC_KEYS = ("name", "description", *TRIAL_KEYS[:-1], "seeds", "sweep", "resources", "smoke", "search", "adaptive",
              "artifacts")
 AXIS_KINDS = ("values", "linspace", "logspace", "range")
+SEED_RANGE = {"ge": 0, "lt": 2**32}  # what every generator accepts, on every device
 MAX_AXIS_POINTS = 100_000  # one axis; checked before numpy builds it (a typo like num: 1e9 would take 8 GB)
 
 
@@ -114,7 +115,7 @@ def parse_trial(raw: dict) -> TrialConfig:
     for g in groups:
         merged = {**(shared if isinstance(shared, dict) else {}), **(optim_raw.get(g) or {})}
         optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
-    seed = coerce(int, raw.get("seed", 0), "seed")
+    seed = coerce(int, raw.get("seed", 0), "seed", SEED_RANGE)
     return TrialConfig(task=task, model=model, optim=optim, train=train, phases=phases, seed=seed)
 
 
@@ -257,7 +258,7 @@ def build_spec(
     if not isinstance(name, str) or not name:
         raise SpecError("name", f"expected a non-empty string, got {name!r}")
     seeds = raw.get("seeds", [0])
-    seeds = coerce(list[int], seeds if isinstance(seeds, list) else [seeds], "seeds")
+    seeds = coerce(list[int], seeds if isinstance(seeds, list) else [seeds], "seeds", SEED_RANGE)
     if not seeds:
         raise SpecError("seeds", "expected at least one seed")
     resources = parse_dataclass(ResourcesConfig, raw.get("resources") or {}, "resources")

@@ -90,7 +90,7 @@ class ImagesTask:
     path: str | None = None  # mnist: a directory of IDX files or an .npz
     train_size: int = bounded(1000, ge=1, doc="training images drawn from the pool (Omnigrok: 1000)")
     pool_size: int | None = bounded(None, ge=1, doc="mnist: use only the first this-many training images")
-    split_seed: int | None = None  # None: the trial seed draws the training subset
+    split_seed: int | None = bounded(None, ge=0, lt=2**32)  # None: the trial seed draws the training subset
 
     def validate(self, path):
         if self.dataset == "digits":

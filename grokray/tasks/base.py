@@ -27,7 +27,8 @@ class SplitFields:
 
     train_fraction: float | None = bounded(None, gt=0.0, le=1.0)
     train_size: int | None = bounded(None, ge=1)
-    split_seed: int | None = bounded(None, ge=0, lt=2**32)  # None: use the trial seed, so seeds vary the split as in Liu et al.
+    # None: use the trial seed, so seeds vary the split as in Liu et al.
+    split_seed: int | None = bounded(None, ge=0, lt=2**32)
 
     def validate_split(self, path: str, n_total: int):
         if self.train_fraction is not None and self.train_size is not None:

@@ -27,7 +27,7 @@ from ray.tune.search.optuna import OptunaSearch
 from ..errors import SpecError
 from ..spec import Spec
 from ..sweep.expand import run_name
-from ..sweep.runner import resolve_storage
+from ..sweep.runner import resolve_storage, start_ray
 from ..sweep.trainable import train_pack
 from .config import SearchConfig, parse_search, start_point, trial_config
 
@@ -206,20 +206,6 @@ def recover_interrupted(study) -> int:
 
 
 # -- the run -------------------------------------------------------------------------------------------------
-def _start_ray(options: SearchOptions) -> bool:
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = options.address or os.environ.get("RAY_ADDRESS")
-    quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
-    if address:
-        ray.init(address=address, **quiet)
-    else:
-        ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
-    return True
-
-
 def counted(study) -> int:
     """Trials that ran or were answered from the study (complete or pruned)."""
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
@@ -282,7 +268,7 @@ def run_search(spec: Spec, options: SearchOptions | None = None) -> SearchSummar
     new_trials = 0
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    started_ray = _start_ray(options) if to_run else False
+    started_ray = start_ray(options) if to_run else False
     try:
         if to_run:
             new_trials = _fit(spec, cfg, options, study, storage, tracker, to_run, target, name, results_dir)

@@ -434,7 +434,7 @@ def run_adaptive(spec: Spec, options=None, *, max_rounds: int | None = None) -> 
     import os
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    started_ray = runner._start_ray(options, spec)
+    started_ray = runner.start_ray(options, spec)
     try:
         uri = resolve_tracking_uri(options.tracking_uri)
         tracker = SweepTracker(uri, spec.name)

@@ -143,8 +143,10 @@ def resolve_storage(storage: str | None) -> str:
     return storage if "://" in storage else str(Path(storage).resolve())
 
 
-def _start_ray(options: SweepOptions, spec: Spec) -> bool:
-    """Join the given cluster or start a private local one. Returns True if we started (and must stop) it."""
+def start_ray(options, spec: Spec | None = None) -> bool:
+    """Join `options.address` / RAY_ADDRESS or start a private local Ray. True if we started (and must stop) it.
+
+    Shared by `grokray run`, adaptive rounds and `grokray search` (any options with address and num_cpus)."""
     import ray
 
     if ray.is_initialized():
@@ -215,7 +217,7 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
     spec.trials()  # every configuration parses, or a SpecError leaves nothing behind
     t_start = time.time()
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the legacy engine prints nothing
-    started_ray = _start_ray(options, spec)
+    started_ray = start_ray(options, spec)
     try:
         plan = expand(spec, slots=_slots(spec))
         uri = resolve_tracking_uri(options.tracking_uri)

@@ -12,15 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def smoke_spec():
     # 300 steps: on the 3x3 start grid, wd = 0 memorizes at lr >= 1e-3 and the rest is confusion, so round 1
     # refines the cells at that boundary

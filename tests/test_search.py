@@ -16,15 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "sweeps" / "degrok_toy.yaml"
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _search(tmp_path, spec, **kw):
     from grokray.search.runner import SearchOptions, run_search
 

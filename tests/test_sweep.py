@@ -18,15 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _options(tmp_path, uri, **kw):
     from grokray.sweep.runner import SweepOptions
 

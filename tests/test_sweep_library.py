@@ -29,15 +29,6 @@ def test_full_scale_spec_expands_with_a_documented_header(path):
     assert plan.n_configs == len(load_spec(path).points()) and plan.model_steps > 0
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.library
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
 def test_smoke_preset_runs_on_ray_with_mlflow(path, local_ray, tmp_path):

@@ -89,10 +89,10 @@ def test_local_ray_starts_no_dashboard_and_keeps_token_auth(monkeypatch):
     them with its token. docs/reliability.md lists this as the one listener grokray cannot confine."""
     import ray
 
-    from grokray.sweep.runner import SweepOptions, _start_ray
+    from grokray.sweep.runner import SweepOptions, start_ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert _start_ray(SweepOptions(num_cpus=1), None)
+    assert start_ray(SweepOptions(num_cpus=1), None)
     try:
         listeners = _listening(os.getpid())
         assert listeners  # the scan sees Ray's sockets at all

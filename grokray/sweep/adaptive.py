@@ -8,7 +8,8 @@ own scale (log10 for log axes), so every midpoint of a coarse cell is a lattice 
   (its edge midpoints and centre are added) when its corners' majority phases differ (`refine.boundary`) or a
   corner's seeds disagree beyond `refine.disagreement` (minority share > threshold);
 - a point whose seeds disagree gets `refine.extra_seeds` once;
-- cells are taken in priority order (boundaries, then extra seeds, then seed disagreement; coarser cells first)
+- cells are taken in priority order (boundaries, then extra seeds, then seed disagreement; coarser cells first,
+  then cells with more distinct corner phases, then those needing fewer new points)
   while they fit the trial `budget`; nothing is proposed once every leaf is uniform or at the target resolution.
 
 `next_points` is a function of the observations only (no hidden state): the cell structure is re-derived from
@@ -307,7 +308,9 @@ def next_points(plan: AdaptivePlan, observed: Mapping[Index, Mapping[int, str]])
         return rules.disagreement is not None and disagreement(phases(p)) > rules.disagreement
 
     leaves = leaf_cells(lattice, present)
-    candidates = []  # (rank, -area, cell, reason, new points); rank 1 boundary, 2 extra seeds, 3 disagreement
+    # (rank, -area, (-distinct phases, new points, cell), reason, split points): boundaries (1), extra seeds (2),
+    # disagreement (3); coarser cells first, then cells with more phases at their corners, then the cheapest
+    candidates = []
     for cell in leaves:
         pts, kids = cell.split()
         if not kids:
@@ -317,14 +320,15 @@ def next_points(plan: AdaptivePlan, observed: Mapping[Index, Mapping[int, str]])
         majors = {majority(phases(c)) for c in cell.corners}
         area = (cell.i1 - cell.i0) * (cell.j1 - cell.j0)
         if rules.boundary and len(majors) > 1:
-            candidates.append((1, -area, cell, "boundary", pts))
+            new = sum(q not in present for q in pts)
+            candidates.append((1, -area, (-len(majors), new, cell), "boundary", pts))
         elif any(uncertain(c) for c in cell.corners):
-            candidates.append((3, -area, cell, "disagreement", pts))
+            candidates.append((3, -area, (0, sum(q not in present for q in pts), cell), "disagreement", pts))
     if rules.extra_seeds:
         for p in sorted(present):
             if uncertain(p) and any(s not in observed[p] for s in rules.extra_seeds):
-                candidates.append((2, 0, Cell(p[0], p[0], p[1], p[1]), "extra", [p]))
-    ranks = [(r, cell, reason, pts) for r, _, cell, reason, pts in sorted(candidates, key=lambda c: c[:3])]
+                candidates.append((2, 0, (0, 0, Cell(p[0], p[0], p[1], p[1])), "extra", [p]))
+    ranks = [(r, key[-1], reason, pts) for r, _, key, reason, pts in sorted(candidates, key=lambda c: c[:3])]
     cells, extra = [], []
     for _, cell, reason, pts in ranks:
         if reason == "extra":

@@ -29,11 +29,10 @@ QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
 DATA = ROOT / "benchmarks" / "data"
 
 
-def make_spec(n: int, steps: int, budget: int | None):
+def make_spec(n: int, steps: int, budget: int | None, start: int = 5):
     from grokray.spec import build_spec, read_yaml
 
     raw = read_yaml(QUICKSTART)
-    start = 5
     raw["adaptive"] = {"axes": ["optim.decoder.lr", "optim.decoder.weight_decay"], "start": [start, start],
                        "target": [n, n], "budget": budget}
     return build_spec(raw, [f"train.steps={steps}", f"phases.budget={steps}"], default_name="quickstart")
@@ -91,11 +90,11 @@ def reference(n: int, steps: int, workers: int, fresh: bool) -> tuple[dict, dict
     return phases, {**meta, "reused": None, "stored": str(path.relative_to(ROOT))}
 
 
-def adaptive(n: int, steps: int, budget: int, workers: int, lookup: dict | None) -> dict:
+def adaptive(n: int, steps: int, budget: int, workers: int, lookup: dict | None, start: int = 5) -> dict:
     """Rounds of next_points -> train (or look up, with --replay) until nothing is proposed."""
     from grokray.sweep.adaptive import next_points, parse_adaptive
 
-    plan = parse_adaptive(make_spec(n, steps, budget))
+    plan = parse_adaptive(make_spec(n, steps, budget, start))
     observed: dict = {}
     rounds = []
     t0 = time.time()
@@ -117,6 +116,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=17, help="target lattice points per axis (2^k*4+1)")
     ap.add_argument("--steps", type=int, default=2000, help="train.steps = phases.budget, for both runs")
     ap.add_argument("--budget-frac", type=float, default=0.4, help="adaptive trial budget / full grid")
+    ap.add_argument("--start", type=int, default=5, help="adaptive start grid points per axis")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--replay", action="store_true", help="adaptive phases looked up in the stored reference")
     ap.add_argument("--fresh", action="store_true", help="retrain the full-grid reference")
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     full_n = args.n * args.n  # one seed (the quickstart's)
     if args.adaptive_out:
-        res = adaptive(args.n, args.steps, int(args.budget_frac * full_n), args.workers, None)
+        res = adaptive(args.n, args.steps, int(args.budget_frac * full_n), args.workers, None, args.start)
         Path(args.adaptive_out).write_text(json.dumps({
             "observed": [[i, j, s, p] for (i, j), v in sorted(res["observed"].items()) for s, p in v.items()],
             "rounds": res["rounds"], "wall_s": res["wall_s"], "date": time.strftime("%Y-%m-%d"),
@@ -155,10 +155,10 @@ def main(argv=None) -> int:
         observed: dict = {}
         for i, j, s, p in stored["observed"]:
             observed.setdefault((i, j), {})[s] = p
-        res = {"plan": parse_adaptive(make_spec(args.n, args.steps, budget)), "observed": observed,
+        res = {"plan": parse_adaptive(make_spec(args.n, args.steps, budget, args.start)), "observed": observed,
                "rounds": stored["rounds"], "wall_s": stored["wall_s"]}
     else:
-        res = adaptive(args.n, args.steps, budget, args.workers, ref if args.replay else None)
+        res = adaptive(args.n, args.steps, budget, args.workers, ref if args.replay else None, args.start)
     plan, obs = res["plan"], res["observed"]
     by_point: dict = {}
     for (i, j, s), p in ref.items():

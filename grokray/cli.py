@@ -151,8 +151,12 @@ def _search(args) -> int:
     options = SearchOptions(resume=args.resume, n_trials=args.n_trials, address=args.address,
                             tracking_uri=args.tracking_uri, storage=args.storage)
     summary = run_search(spec, options)
-    print(f"study {summary.study_name!r}: {summary.trials} trials ({summary.completed} complete, "
-          f"{summary.new_trials} run now) in {summary.wall_s:.0f} s")
+    other = summary.trials - summary.completed
+    print(f"study {summary.study_name!r}: {summary.completed} trials ({summary.new_trials} run now"
+          + (f"; {other} more failed, interrupted or duplicated" if other else "") + f") in {summary.wall_s:.0f} s")
+    told, queued = summary.recovered
+    if told or queued:
+        print(f"interrupted trials: {told} answered from their finished MLflow run, {queued} run again")
     for best in summary.best:
         values = ", ".join(f"{n}={v:g}" for n, v in zip(cfg.objective, best["values"], strict=True))
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())

@@ -101,6 +101,32 @@ def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path)
         assert original.user_attrs["trial_key"] == t.user_attrs["trial_key"] and original.values == t.values
 
 
+def test_resume_answers_an_interrupted_trial_from_its_finished_mlflow_run(local_ray, tmp_path):
+    """The driver died after the worker finished a trial's MLflow run but before Optuna was told: --resume
+    tells the study that run's values instead of training it again; a RUNNING trial with no finished run is
+    marked failed and queued to run again."""
+    spec = load_spec(TOY, ["search.n_trials=2"], scale="smoke")
+    s1 = _search(tmp_path, spec)
+    study = _load(s1)
+    done = study.trials[0]
+    orphan = study.ask()  # what the dead driver left: RUNNING, its key set, its MLflow run already finished
+    study._storage.set_trial_user_attr(orphan._trial_id, "trial_key", done.user_attrs["trial_key"])
+    unfinished = study.ask({k: optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
+                            for k in ["optim.decoder.lr"]})
+    study._storage.set_trial_user_attr(unfinished._trial_id, "trial_key", "never-logged")
+
+    s2 = _search(tmp_path, spec, resume=True, n_trials=3)
+    assert s2.recovered == (1, 1) and s2.new_trials == 0  # three counted trials: nothing left to train
+    trials = {t.number: t for t in _load(s2).trials}
+    told = trials[orphan.number]
+    assert told.state == TrialState.COMPLETE and told.values == done.values
+    assert told.user_attrs["recovered_from_mlflow"] and told.user_attrs["phase"] == done.user_attrs["phase"]
+    assert trials[unfinished.number].state == TrialState.FAIL
+    queued = [t for t in trials.values() if t.user_attrs.get("retry_of") == unfinished.number]
+    assert len(queued) == 1 and queued[0].state == TrialState.WAITING
+    assert len(_children(s2)) == 2  # no run trained twice, none added
+
+
 @pytest.mark.slow
 def test_best_configuration_generalizes_twice_as_fast_as_the_start(local_ray, tmp_path):
     """Start: decoder lr 1e-3, wd 5 (seed 1) groks: val > 90% at step 1438 of 2000 (train at 565). Four seeded

@@ -30,6 +30,7 @@ from ..sweep.expand import run_name
 from ..sweep.runner import resolve_storage, start_ray
 from ..sweep.trainable import train_pack
 from .config import SearchConfig, parse_search, start_point, trial_config
+from .objective import objective_values
 
 REPORT_HOOK = "grokray.search.objective:report_metrics"
 MAX_REASKS = 50  # repeats answered in a row before the space counts as spent and the search stops
@@ -64,6 +65,7 @@ class SearchSummary:
     experiment_path: str
     wall_s: float
     artifacts: list[str] = field(default_factory=list)
+    recovered: tuple[int, int] = (0, 0)  # interrupted trials (answered from their finished MLflow run, run again)
 
 
 # -- Optuna pieces ---------------------------------------------------------------------------------------------
@@ -194,15 +196,50 @@ class GrokraySearch(OptunaSearch):
                 self._done.setdefault(key, (frozen.number, list(frozen.values)))
 
 
-def recover_interrupted(study) -> int:
-    """Trials left RUNNING by a driver that died: marked failed, their configurations queued to run again."""
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-        if t.state == TrialState.RUNNING:
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> tuple[int, int]:
+    """Trials a dead driver left RUNNING. One whose MLflow run had already finished (the driver died between
+    the worker's last log and Optuna's tell) is told the values computed from that run, so it is never trained
+    again; the others are marked failed and their configurations queued to run again.
+    `finished` maps trial key -> {phase, step_train, step_val} of finished MLflow runs. Returns (told, queued)."""
+    told = queued = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        run = finished.get(t.user_attrs.get("trial_key", ""))
+        if run is not None:
+            values = objective_values(cfg.objective, run["phase"], run["step_train"], run["step_val"], cfg.penalty)
+            attrs = {"phase": run["phase"], "step_train_acc": _or_minus_one(run["step_train"]),
+                     "step_val_acc": _or_minus_one(run["step_val"]), "recovered_from_mlflow": True}
+            for attr, value in attrs.items():
+                study._storage.set_trial_user_attr(t._trial_id, attr, value)
+            study.tell(t.number, values if cfg.multi else values[0])
+            told += 1
+        else:
+            study.tell(t.number, state=TrialState.FAIL)
             study.enqueue_trial(t.params, user_attrs={"retry_of": t.number}, skip_if_exists=False)
-            n += 1
-    return n
+            queued += 1
+    return told, queued
+
+
+def finished_runs(tracker, threshold: float) -> dict[str, dict]:
+    """Trial key -> phase and crossing steps of every child run that ended with a phase tag."""
+    from ..tracking.mlflow_runs import PHASE_TAG
+
+    out = {}
+    for run in tracker.children():
+        tags, metrics = run.data.tags, run.data.metrics
+        if run.info.status != "FINISHED" or PHASE_TAG not in tags or "grokray.trial_key" not in tags:
+            continue
+        steps = [metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]
+        out[tags["grokray.trial_key"]] = {"phase": tags[PHASE_TAG], "step_train": _int(steps[0]),
+                                          "step_val": _int(steps[1])}
+    return out
+
+
+def _int(value):
+    return None if value is None else int(value)
+
+
+def _or_minus_one(value):
+    return -1 if value is None else value
 
 
 # -- the run -------------------------------------------------------------------------------------------------
@@ -244,24 +281,26 @@ def run_search(spec: Spec, options: SearchOptions | None = None) -> SearchSummar
                                         "start a new study with -s search.study=NAME")
         if list(d.name.lower() for d in study.directions) != directions(cfg):
             raise SpecError("search.objective", f"study {cfg.study!r} has {len(study.directions)} objectives")
-        recover_interrupted(study)
     else:
         study = optuna.create_study(study_name=cfg.study, storage=storage, directions=directions(cfg))
         study.set_user_attr("grokray.fingerprint", fingerprint)
         study.set_user_attr("grokray.objective", cfg.objective)
         study.set_user_attr("grokray.spec_hash", spec.hash())
-    to_run = max(0, target - counted(study))
 
     uri = resolve_tracking_uri(options.tracking_uri)
     tracker = SweepTracker(uri, spec.name)
     parent_id = study.user_attrs.get("grokray.mlflow_parent_run_id") if options.resume else None
     if parent_id and _run_exists(tracker.client, parent_id):
         tracker.reopen(parent_id)
+        recovered = recover_interrupted(study, finished_runs(tracker, trial_config(spec, {}).phases.threshold), cfg)
     else:
+        # no MLflow record to answer from: every interrupted trial runs again
+        recovered = recover_interrupted(study, {}, cfg) if options.resume else (0, 0)
         parent_id = _start_parent(tracker, spec, cfg, label)
         study.set_user_attr("grokray.mlflow_parent_run_id", parent_id)
         study.set_user_attr("grokray.tracking_uri", uri)
 
+    to_run = max(0, target - counted(study))
     results_dir = resolve_storage(options.storage)
     name = f"{cfg.study}-search_{time.strftime('%Y%m%d-%H%M%S')}"
     experiment_path = f"{results_dir.rstrip('/')}/{name}"
@@ -285,7 +324,7 @@ def run_search(spec: Spec, options: SearchOptions | None = None) -> SearchSummar
         completed=counted(study), new_trials=new_trials if to_run else 0,
         directions=directions(cfg), best=best, parent_run_id=parent_id, experiment_id=tracker.experiment_id,
         tracking_uri=uri, experiment_path=experiment_path if to_run else "", wall_s=time.time() - t_start,
-        artifacts=artifacts,
+        artifacts=artifacts, recovered=recovered,
     )
 
 

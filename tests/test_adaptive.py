@@ -95,7 +95,11 @@ def test_straight_boundary_is_traced_at_full_resolution():
     assert all(c.i0 == 6 and c.i1 == 8 for c, _ in history[2][1].cells)
     sampled_columns = {i for i, _ in observed}
     assert sampled_columns == {0, 4, 6, 7, 8, 12, 16}  # nothing inside the uniform regions
-    assert len(observed) < 0.4 * N * N
+    # the line crosses each cell from bottom to top, so cells are split along lr only, at the midpoints of
+    # their bottom and top edges (shared between neighbours), never at centres, until lr is at full resolution
+    assert [sorted(ref.trials) for _, ref in history[1:3]] == [[(6, j, 0) for j in range(0, 17, 4)],
+                                                               [(7, j, 0) for j in range(0, 17, 4)]]
+    assert len(observed) < 0.25 * N * N
 
 
 def test_corner_region():

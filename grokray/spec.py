@@ -267,6 +267,10 @@ def build_spec(
     if not isinstance(sweep, dict):
         raise SpecError("sweep", f"expected a mapping of dotted field -> axis, got {sweep!r}")
     axes = {key: axis_values(f"sweep.{key}", axis) for key, axis in sweep.items()}
+    if "seed" in axes:  # seeds are the innermost axis (packed as neighbours); one way to say them, not two
+        if "seeds" in raw:
+            raise SpecError("sweep.seed", "the seeds are given twice: keep either `seeds: [...]` or `sweep.seed`")
+        seeds = coerce(list[int], axes.pop("seed"), "sweep.seed", SEED_RANGE)
     log_axes = {key for key, axis in sweep.items() if "logspace" in axis}
     base = {k: raw[k] for k in TRIAL_KEYS[:-1] if k in raw}
     spec = Spec(name=name, raw=raw, base=base, axes=axes, seeds=seeds, resources=resources, log_axes=log_axes,

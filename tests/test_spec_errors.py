@@ -56,7 +56,17 @@ CASES = {
         "sweep.optim.decodr.lr",
     ),
     "nan_string": (with_change("optim.default.lr", "nan"), "finite", "optim.default.lr"),
+    "seeds_twice": (yaml.safe_dump({**GOOD, "seeds": [0], "sweep": {"seed": {"values": [1, 2]}}}), "given twice",
+                    "sweep.seed"),
 }
+
+
+def test_a_seed_axis_is_the_seed_list():
+    """`sweep.seed` used to be silently replaced by the default `seeds: [0]` (every point trained seed 0)."""
+    from grokray.spec import build_spec
+
+    spec = build_spec({**GOOD, "sweep": {"seed": {"range": [3, 6, 1]}, "optim.default.lr": {"values": [1e-3, 1e-2]}}})
+    assert spec.seeds == [3, 4, 5] and [t.seed for t in spec.trials()] == [3, 4, 5, 3, 4, 5]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

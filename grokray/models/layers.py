@@ -54,27 +54,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     return torch.baddbmm(b.unsqueeze(1), x, w)
 
 
-def symbol_linear(x: torch.Tensor, w: torch.Tensor, vocab_size: int, b: torch.Tensor | None = None) -> torch.Tensor:
-    """one_hot(x) @ w without building the one-hot: x [K, B, S] symbol ids, w [K, S·vocab, out].
-
-    Each output row is the sum of the S weight rows its symbols pick, which is what the matmul with a one-hot
-    computes (products with 1 and sums with 0 are exact), at S instead of S·vocab multiply-adds per unit; its
-    backward is a scatter-add into those rows. This is most of a symbol-input net's step at small widths."""
-    K, B, S = x.shape
-    rows = x + torch.arange(S, device=x.device) * vocab_size  # [K, B, S] rows of w
-    picked = w[torch.arange(K, device=x.device).view(K, 1, 1), rows]  # [K, B, S, out]
-    out = picked.sum(2) if S > 1 else picked.squeeze(2)
-    return out if b is None else out + b.unsqueeze(1)
-
-
-def mlp(x: torch.Tensor, get, prefix: str, n_layers: int, activation: str, bias: bool,
-        vocab_size: int | None = None) -> torch.Tensor:
-    """Stacked MLP forward (`get(name)` returns a stacked tensor); no activation after the last layer.
-    Integer inputs are symbol ids (one-hot(a) ⊕ one-hot(b) ⊕ ...): the first layer gathers their rows."""
+def mlp(x: torch.Tensor, get, prefix: str, n_layers: int, activation: str, bias: bool) -> torch.Tensor:
+    """Stacked MLP forward (`get(name)` returns a stacked tensor); no activation after the last layer."""
     act = ACTIVATIONS[activation]
     for i in range(n_layers):
-        w, b = get(f"{prefix}{i}.w"), get(f"{prefix}{i}.b") if bias else None
-        x = symbol_linear(x, w, vocab_size, b) if i == 0 and not x.is_floating_point() else linear(x, w, b)
+        x = linear(x, get(f"{prefix}{i}.w"), get(f"{prefix}{i}.b") if bias else None)
         if i < n_layers - 1:
             x = act(x)
     return x
@@ -112,3 +96,9 @@ def input_dim(data) -> int:
         return int(data.x.shape[-1])
     return int(data.x.shape[-1]) * int(data.vocab_size)
 
+
+def encode_inputs(x: torch.Tensor, vocab_size: int | None, dtype) -> torch.Tensor:
+    """[K, B, n_symbols] symbol ids -> [K, B, n_symbols·vocab] one-hot(a) ⊕ one-hot(b) ⊕ ...; floats pass through."""
+    if x.is_floating_point():
+        return x
+    return F.one_hot(x, vocab_size).flatten(-2).to(dtype)

@@ -102,8 +102,13 @@ def run_plain(steps: int, workdir: Path) -> dict:
 
 # -- (b) grokray run ---------------------------------------------------------------------------------------
 def run_grokray(steps: int, workdir: Path) -> dict:
+    """grokray's wall time, split (in core-seconds: wall x concurrent packs) into Ray start-up, scheduling and
+    worker start-up (and the idle tail), per-pack set-up (trainer build, checkpoints, Tune reports), MLflow
+    (the workers' time in MLflow calls) and training."""
+    import ray
+
     from grokray.spec import load_spec
-    from grokray.sweep.runner import SweepOptions, run_sweep
+    from grokray.sweep.runner import SweepOptions, run_sweep, start_ray
 
     overrides = [
         f"sweep.optim.decoder.lr.logspace=[-4, -2, {len(LRS)}]",
@@ -111,20 +116,36 @@ def run_grokray(steps: int, workdir: Path) -> dict:
         f"train.steps={steps}", f"phases.budget={steps}", "phases.stop_when_classified=false",
     ]
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides)
+    options = SweepOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
+                           storage=str(workdir / "grokray-results"), progress=False)
     t0 = time.perf_counter()
-    summary = run_sweep(spec, SweepOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
-                                           storage=str(workdir / "grokray-results"), progress=False))
+    start_ray(options)  # what run_sweep does first; timed on its own here
+    t_ray = time.perf_counter() - t0
+    summary = run_sweep(spec, options)
+    t_sweep = time.perf_counter() - t0 - t_ray
+    t1 = time.perf_counter()
+    ray.shutdown()
     wall = time.perf_counter() - t0
     assert summary.errored_trials == 0
     slots = max(1, min(summary.packs, os.cpu_count() or 1))
-    train = sum(m.get("train_s", 0.0) for m in summary.trial_metrics)
-    mlflow_worker = sum(m.get("mlflow_s", 0.0) for m in summary.trial_metrics)
+    m = summary.trial_metrics
+    train = sum(x.get("train_s", 0.0) for x in m)
+    mlflow_worker = sum(x.get("mlflow_s", 0.0) for x in m)
+    trial = sum(x.get("trial_s", 0.0) for x in m)
     core_s = wall * slots
+    parts = {  # core-seconds
+        "ray_start_stop": (t_ray + time.perf_counter() - t1) * slots,
+        "scheduling_worker_start_tail": t_sweep * slots - trial,
+        "pack_setup_checkpoints_reports": trial - train - mlflow_worker,
+        "mlflow": mlflow_worker,
+        "training": train,
+    }
     return {
         "wall_s": wall, "configurations": summary.configurations, "packs": summary.packs,
         "model_steps": summary.configurations * steps, "train_core_s": train,
-        "mlflow_worker_s": mlflow_worker, "mlflow_calls": sum(m.get("mlflow_calls", 0) for m in summary.trial_metrics),
+        "mlflow_worker_s": mlflow_worker, "mlflow_calls": sum(x.get("mlflow_calls", 0) for x in m),
         "overhead_share": 1 - train / core_s, "mlflow_share": mlflow_worker / core_s,
+        "shares": {k: v / core_s for k, v in parts.items()},
         "phase_counts": summary.phase_counts,
     }
 
@@ -144,6 +165,7 @@ def main():
                   f"({g['model_steps'] / g['wall_s']:.0f} model-steps/s); outside training (Ray + MLflow) "
                   f"{g['overhead_share']:.1%} of core-time, MLflow alone {g['mlflow_share']:.1%} "
                   f"({g['mlflow_calls']} requests)", flush=True)
+            print("  core-time: " + ", ".join(f"{k} {v:.1%}" for k, v in g["shares"].items()), flush=True)
         if args.only != "grokray":
             out["plain"] = p = run_plain(args.steps, Path(d))
             print(f"plain Ray Tune: {p['wall_s']:.1f} s for {p['trials']} trials "

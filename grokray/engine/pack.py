@@ -165,6 +165,7 @@ class PackTrainer:
         self.compact = not train.compile  # a compiled update would recompile for every new pack shape
         self.curve_steps: list[int] = []
         self.curve_rows: list[torch.Tensor] = []  # [K, n_metrics] per recorded step, moved to CPU at checks
+        self._joint_xy = None
 
     # -- one step ----------------------------------------------------------------------------------------------
     def _batch(self):
@@ -175,8 +176,18 @@ class PackTrainer:
         return torch.gather(self.train_idx, 1, pos), self.train_w.new_full(pos.shape, 1.0 / self.batch_size)
 
     def _per_sample(self, idx, rng=None):
-        out = self.model(self.x[idx], rng)
-        return self.model.head.per_sample(out, self.y[idx])
+        return self._per_sample_xy(self.x[idx], self.y[idx], rng)
+
+    def _per_sample_xy(self, x, y, rng=None):
+        return self.model.head.per_sample(self.model(x, rng), y)
+
+    def _all_points(self):
+        """x and y of all N points for every member, [K, N, ...]: the same tensors every step until the pack
+        shrinks, so joint mode gathers them (and a model may cache what it derives from them) once."""
+        if self._joint_xy is None or self._joint_xy[0].shape[0] != self.K:
+            idx = torch.arange(len(self.y), device=self.device).expand(self.K, -1)
+            self._joint_xy = (self.x[idx], self.y[idx])
+        return self._joint_xy
 
     @torch.no_grad()
     def _evaluate(self):
@@ -217,7 +228,7 @@ class PackTrainer:
         idx, w = self._batch()
         rng = self.rng if self.model.uses_dropout else None
         if self.joint:
-            loss, correct = self._per_sample(torch.arange(len(self.y), device=self.device).expand(self.K, -1), rng)
+            loss, correct = self._per_sample_xy(*self._all_points(), rng)
             train_loss = (loss * self.w_train_all).sum(1)
             c, d = correct.double(), loss.detach().double()
             n_train = self.n_train.double()

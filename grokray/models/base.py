@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .layers import pad_stack
+from .layers import encode_inputs, pad_stack
 
 
 class PackedModel(torch.nn.Module):
@@ -97,6 +97,14 @@ class PackedModel(torch.nn.Module):
     def p(self, name: str) -> torch.Tensor:
         """The stacked [K, ...] leaf parameter `name` (a view into its group's flat buffer)."""
         return self._by_name[name]
+
+    def encoded(self, x: torch.Tensor) -> torch.Tensor:
+        """One-hot symbol inputs (floats pass through), cached while the same input tensor comes back: in
+        full-batch training that is every step, and building the one-hot was a tenth of a small net's step."""
+        cached = getattr(self, "_encoded", None)
+        if cached is None or cached[0] is not x:
+            self._encoded = (x, encode_inputs(x, self.vocab_size, next(iter(self.flat.values())).dtype))
+        return self._encoded[1]
 
     def named_stacked(self):
         yield from self._by_name.items()

@@ -15,7 +15,7 @@ from ..config import bounded
 from . import MODELS
 from .base import PackedModel
 from .heads import make_head
-from .layers import encode_inputs, input_dim, linear_init, mlp, mlp_init
+from .layers import input_dim, linear_init, mlp, mlp_init
 
 
 @dataclass
@@ -54,5 +54,5 @@ class MlpModel(PackedModel):
         return "last" if name.startswith(f"fc{self.cfg.depth - 1}.") else "hidden"
 
     def forward(self, x, rng=None):
-        h = encode_inputs(x, self.vocab_size, self.flat["last"].dtype)
+        h = self.encoded(x)
         return mlp(h, self.p, "fc", self.cfg.depth, self.cfg.activation, self.cfg.bias)

@@ -19,7 +19,7 @@ from ..config import bounded
 from . import MODELS
 from .base import PackedModel
 from .heads import make_head
-from .layers import encode_inputs, input_dim, mlp, normal
+from .layers import input_dim, mlp, normal
 
 
 @dataclass
@@ -60,7 +60,7 @@ class TwoLayerModel(PackedModel):
         return "hidden" if name == "fc0.w" else "last"
 
     def forward(self, x, rng=None):
-        h = encode_inputs(x, self.vocab_size, self.flat["last"].dtype)
+        h = self.encoded(x)
         return mlp(h, self.p, "fc", 2, self.act, bias=False)
 
     @torch.no_grad()

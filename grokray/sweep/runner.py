@@ -153,6 +153,9 @@ def start_ray(options, spec: Spec | None = None) -> bool:
         return False
     address = options.address or os.environ.get("RAY_ADDRESS")
     quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
+    from .warm import driver_imports_in_background
+
+    driver_imports_in_background()
     if address:
         ray.init(address=address, **quiet)
     else:

@@ -3,7 +3,6 @@ its first round and resumed, it finishes with one child run per configuration an
 
 from pathlib import Path
 
-import pytest
 from mlflow.tracking import MlflowClient
 
 from grokray.spec import build_spec, read_yaml
@@ -20,7 +19,6 @@ def smoke_spec():
     return build_spec(raw, ["train.steps=300", "phases.budget=300"])
 
 
-@pytest.mark.slow
 def test_adaptive_sweep_stops_and_resumes_without_rerunning(local_ray, tmp_path):
     from grokray.sweep.adaptive import run_adaptive
     from grokray.sweep.runner import SweepOptions

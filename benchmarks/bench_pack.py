@@ -5,7 +5,11 @@ model-steps/s, the gain over the unpacked engine (K = 1), achieved matmul GFLOP/
 sgemm peak measured at the start of the same run. A plain PyTorch loop (nn.Module + torch.optim.AdamW, what a
 user would write) is measured too, as the outside reference. Warm-up steps are excluded. One thread.
 
-    .venv/bin/python benchmarks/bench_pack.py [--quick] [--compile] [--models toy32,toy200,quadratic,transformer]
+    .venv/bin/python benchmarks/bench_pack.py [--quick] [--compile] [--unfused] [--models toy32,toy200,...]
+
+"eager" is the default engine (on a CPU, torch's fused Adam/AdamW kernel once per member row); --unfused adds
+the same pack with the optimizer written as ~11 elementwise passes over [K, P] (what the engine did before),
+--compile the same with train.compile=true.
 """
 
 from __future__ import annotations
@@ -74,11 +78,14 @@ def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
     return 3.0 * fwd
 
 
-def pack_rate(raw, overrides, k: int, seconds: float, compile_opt: bool) -> tuple[float, PackTrainer]:
+def pack_rate(raw, overrides, k: int, seconds: float, variant: str) -> tuple[float, PackTrainer]:
     over = [*overrides, "train.steps=1000000", "phases.budget=1000000"]
-    over += ["train.compile=true"] if compile_opt else []
+    over += ["train.compile=true"] if variant == "compiled" else []
     cfg = build_spec(raw, over).first_trial()
     trainer = PackTrainer([cfg] * k)
+    if variant == "unfused":
+        for opt in trainer.optimizers.values():
+            opt.fused = None
     trainer.run(until=20)  # warm-up (and compilation) excluded
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -123,6 +130,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="0.5 s per point instead of 3 s")
     parser.add_argument("--compile", action="store_true", help="also measure train.compile=true (fused optimizer)")
+    parser.add_argument("--unfused", action="store_true", help="also measure the unfused (11-pass) optimizer")
     parser.add_argument("--models", default=",".join(MODELS_TO_BENCH))
     parser.add_argument("--ks", default="1,8,32,128")
     args = parser.parse_args()
@@ -141,14 +149,14 @@ def main():
         plain = plain_torch_rate(raw, overrides, seconds)
         if plain:
             print(f"| {name} | plain torch loop (reference) | 1 | {plain:,.0f} | | | |")
-        for compile_opt in [False, True] if args.compile else [False]:
-            base = None
-            for k in (int(v) for v in args.ks.split(",")):
-                rate, trainer = pack_rate(raw, overrides, k, seconds, compile_opt)
-                base = base or rate
+        variants = ["eager"] + ["unfused"] * args.unfused + ["compiled"] * args.compile
+        base = {}
+        for k in (int(v) for v in args.ks.split(",")):
+            for variant in variants:  # side by side at each K, so a load change hits every variant alike
+                rate, trainer = pack_rate(raw, overrides, k, seconds, variant)
+                base.setdefault(variant, rate)
                 gflops = rate * matmul_flops_per_model_step(trainer) / 1e9
-                label = "fused (compiled)" if compile_opt else "eager"
-                print(f"| {name} | {label} | {k} | {rate:,.0f} | {rate / base:.1f} | {gflops:.1f} | "
+                print(f"| {name} | {variant} | {k} | {rate:,.0f} | {rate / base[variant]:.1f} | {gflops:.1f} | "
                       f"{100 * gflops / peak:.0f}% |", flush=True)
 
 

@@ -46,7 +46,7 @@ def _run_adaptive(spec, args) -> int:
 
     options = SweepOptions(resume=args.resume, max_concurrent=args.max_concurrent, address=args.address,
                            tracking_uri=args.tracking_uri, storage=args.storage,
-                           checkpoint_every=args.checkpoint_every)
+                           checkpoint_every=args.checkpoint_every, min_report_s=args.report_every)
     summary = run_adaptive(spec, options)
     print(phase_table(summary.phase_counts, summary.trials))
     print(f"{summary.trials} configurations ({summary.trials / summary.full_grid:.0%} of the {summary.full_grid} "
@@ -96,6 +96,7 @@ def _run(args) -> int:
         tracking_uri=args.tracking_uri,
         storage=args.storage,
         checkpoint_every=args.checkpoint_every,
+        min_report_s=args.report_every,
         delivery_wait_s=args.delivery_wait,
     )
     summary = run_sweep(spec, options)
@@ -227,7 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Ray Tune results and checkpoints: a local path or shared/cloud URI "
                           "(default: ./grokray-results)")
     run.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
-                     help="steps per chunk: each chunk logs to MLflow, and checkpoints/reports at most every 10 s")
+                     help="steps per chunk; after a chunk, a pack reports at most every --report-every seconds")
+    run.add_argument("--report-every", type=float, default=30.0, metavar="SECONDS",
+                     help="how often a pack sends its new curve points to MLflow, checkpoints and reports to "
+                          "Tune (default: 30; a node that dies loses at most this much of each pack's work)")
     run.add_argument("--max-configs", type=int, default=100_000, metavar="N",
                      help="refuse a sweep that expands to more configurations unless --yes (default: 100000)")
     run.add_argument("--yes", action="store_true", help="run however many configurations the spec expands to")

@@ -58,6 +58,9 @@ def _langevin(p, g, s, lr, h, st, step, noise):
     P.langevin_kick_(p, lr, h["temperature"], noise)
 
 
+# Per-member fused calls cost ~10 us each on a CPU; from this row length on, their fewer passes pay for it.
+ROWS_MIN_P = 32768
+
 UPDATES = {"adamw": _adamw, "adam": _adam, "sgd": _sgd, "normalized_gd": _normalized_gd, "langevin": _langevin}
 
 
@@ -99,10 +102,35 @@ class GroupOptimizer:
         self._update = UPDATES[self.kind]
         if compile:  # one fused kernel instead of ~10 memory-bound passes (compiles once per pack shape)
             self._update = torch.compile(self._update, dynamic=False, fullgraph=True)
+        self.fused = None if compile or not adam else self._pick_fused(param.device)
+        self._read_rows()
+
+    def _pick_fused(self, device) -> str | None:
+        """Which of torch's fused Adam kernels to use; None keeps the update above (~11 elementwise passes).
+
+        "direction": one fused kernel for the whole pack computes every member's bias-corrected direction with
+        lr = 1, then the per-member lr and decay are applied as [K, 1] columns: 4 calls instead of ~11,
+        whatever K. It needs betas and eps shared by the pack, since the kernel takes them as scalars.
+        "rows" (CPU, rows of >= ROWS_MIN_P entries): one fused kernel per member row with that member's own
+        hyperparameters, 7 memory passes instead of ~12; it wins once the pack's state leaves the cache, and
+        loses to its ~10 us per call below that (benchmarks/README.md).
+        """
+        if device.type == "cpu" and self.param.shape[1] >= ROWS_MIN_P:
+            return "rows"
+        shared = all(bool((self.h[k] == self.h[k][0]).all()) for k in ("beta1", "beta2", "eps"))
+        return "direction" if shared else None
+
+    def _read_rows(self):
+        """Host copies of the per-member hyperparameters, for the per-row kernels."""
+        self.rows = list(zip(*(self.h[k].view(-1).tolist() for k in ("lr", "weight_decay", "beta1", "beta2", "eps",
+                                                                     "warmup_steps")), strict=True))
+        self.step_count = torch.zeros((), dtype=torch.float32, device=self.param.device)
 
     @torch.no_grad()
     def step(self, step: int, active: torch.Tensor):
         """Apply update number `step` (0-based); `active` [K, 1] bool says which members may move."""
+        if self.fused == "rows":
+            return self._step_rows(step, active)
         h = self.h
         lr = h["lr"] * active
         if self.has_warmup:
@@ -111,9 +139,37 @@ class GroupOptimizer:
         if self.kind == "langevin":
             noise = self.noise.normal(self.param.shape[1:], self.param.dtype, self.param.device)
             noise = noise if self.pad is None else noise.mul_(self.pad)
+        if self.fused == "direction":
+            return self._step_direction(step, lr)
         # The 1-based step as a tensor, so a compiled update is not specialised on (recompiled for) each step.
         n = torch.tensor(float(step + 1), dtype=self.param.dtype, device=self.param.device)
         self._update(self.param, self.grad, self.scratch, lr, h, self.state, n, noise)
+
+    def _step_rows(self, step: int, active: torch.Tensor):
+        kernel = torch._fused_adamw_ if self.kind == "adamw" else torch._fused_adam_  # adam: coupled L2
+        self.step_count.fill_(step + 1)
+        m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
+        for k, on in enumerate(active.view(-1).tolist()):
+            if not on:
+                continue
+            lr, wd, b1, b2, eps, warmup = self.rows[k]
+            if warmup > 0:
+                lr *= min((step + 1) / warmup, 1.0)
+            kernel([self.param[k]], [self.grad[k]], [m[k]], [v[k]], [], [self.step_count], lr=lr, beta1=b1,
+                   beta2=b2, weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+
+    def _step_direction(self, step: int, lr: torch.Tensor):
+        h, s = self.h, self.scratch
+        if self.kind == "adam":  # coupled L2 goes into the gradient the moments see
+            self.grad.addcmul_(self.param, h["weight_decay"])
+        self.step_count.fill_(step + 1)
+        s.zero_()  # the kernel's "parameter": it ends as minus the direction, m_hat / (sqrt(v_hat) + eps)
+        torch._fused_adam_([s], [self.grad], [self.state["exp_avg"]], [self.state["exp_avg_sq"]], [],
+                           [self.step_count], lr=1.0, beta1=float(h["beta1"][0]), beta2=float(h["beta2"][0]),
+                           weight_decay=0.0, eps=float(h["eps"][0]), amsgrad=False, maximize=False)
+        if self.kind == "adamw":
+            P.decoupled_decay_(self.param, lr, h["weight_decay"])
+        self.param.addcmul_(s, lr)
 
     def select_members(self, idx: torch.Tensor, param, grad, pad_mask):
         """Follow a pack that dropped members: keep rows `idx` of every per-member tensor."""
@@ -124,6 +180,7 @@ class GroupOptimizer:
         self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
         if self.noise is not None:
             self.noise.select(idx.tolist())
+        self._read_rows()
 
     def state_dict(self) -> dict:
         out = {k: v.clone() for k, v in self.state.items() if v is not None}

@@ -30,7 +30,9 @@ class SweepOptions:
     tracking_uri: str | None = None
     storage: str | None = None
     checkpoint_every: int = 1000  # steps per chunk: each chunk logs to MLflow and may checkpoint + report
-    min_report_s: float = 10.0  # at most one Tune result per pack per this many seconds (plus the last one)
+    # At most one Tune result (with its checkpoint and MLflow batch) per pack per this many seconds, plus the
+    # last one: Tune asks for a few results per second across a cluster, and a lost node costs <= this much.
+    min_report_s: float = 30.0
     progress: bool | None = None  # the live line; None: only when stdout is a terminal
     num_cpus: int | None = None  # local Ray only
     max_failures: int = 3

@@ -2,9 +2,9 @@
 
 It rebuilds the pack's configurations from plain dicts, restores the last checkpoint if Tune hands one over
 (a retry after a worker died, or --resume) and trains in chunks of `checkpoint_every` steps. After a chunk, if
-`min_report_s` passed since the last report (or the pack is done), it logs the new curve points to MLflow,
-saves a checkpoint and reports to Tune: at most one result per pack per `min_report_s`, as Tune's guidance
-asks. Tune only needs progress and a checkpoint; MLflow carries the curves.
+`min_report_s` (default 30 s) passed since the last report (or the pack is done), it logs the new curve points
+to MLflow, saves a checkpoint and reports to Tune: at most one result per pack per `min_report_s`, as Tune's
+guidance asks. Tune only needs progress and a checkpoint; MLflow carries the curves.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def train_pack(config: dict) -> None:
 
     hook = _report_hook(ctx)
     every = max(1, int(ctx.get("checkpoint_every", 1000)))
-    min_report_s = float(ctx.get("min_report_s", 10.0))
+    min_report_s = float(ctx.get("min_report_s", 30.0))
     last_report = -float("inf")
     train_s = 0.0
     while True:

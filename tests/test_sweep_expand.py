@@ -10,7 +10,7 @@ import yaml
 from grokray.cli import main
 from grokray.engine import pack_signature
 from grokray.spec import load_spec
-from grokray.sweep.expand import _chunks, expand, flatten, format_value, run_name, short_names
+from grokray.sweep.expand import _deal, expand, flatten, format_value, run_name, short_names
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
@@ -44,10 +44,11 @@ def test_explicit_pack_size_and_param_space_round_trip():
     yaml.safe_dump(space)  # plain data only: Tune stores it, workers rebuild configs from it
 
 
-def test_chunks_are_balanced():
-    assert [len(c) for c in _chunks(list(range(25)), 13)] == [13, 12]
-    assert [len(c) for c in _chunks(list(range(7)), 100)] == [7]
-    assert [len(c) for c in _chunks(list(range(10)), 1)] == [1] * 10
+def test_packs_are_dealt_balanced():
+    assert [len(c) for c in _deal(list(range(25)), 13)] == [13, 12]
+    assert [len(c) for c in _deal(list(range(7)), 100)] == [7]
+    assert [len(c) for c in _deal(list(range(10)), 1)] == [1] * 10
+    assert _deal(list(range(10)), 5) == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]  # neighbours go to different packs
 
 
 def test_run_names_and_values():
@@ -101,6 +102,10 @@ def test_import_grokray_sweep_expand_stays_light():
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "sweeps").glob("*.yaml")))
-def test_every_shipped_spec_expands(path):
+def test_every_shipped_spec_expands(path, capsys):
     plan = expand(load_spec(path, scale="smoke" if "smoke" in yaml.safe_load(path.read_text()) else None), slots=2)
     assert plan.n_configs >= 1 and plan.packs
+    # and at full scale through the CLI, as a user would check it: `grokray run SPEC --dry-run`
+    assert main(["run", str(path), "--dry-run", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert f"configurations: {len(load_spec(path).points())}\n" in out, out

@@ -156,17 +156,13 @@ def pack_to_dict(pack: Pack, swept: list[str], log_axes=()) -> dict:
     }
 
 
-def _chunks(items: list, size: int) -> list[list]:
-    """Split into ceil(n/size) chunks of near-equal length (25 by 13 -> 13 + 12, never 13 + 12 + 0)."""
-    n = len(items)
-    count = max(1, math.ceil(n / size))
-    base, extra = divmod(n, count)
-    out, start = [], 0
-    for i in range(count):
-        end = start + base + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
+def _deal(items: list, size: int) -> list[list]:
+    """Deal into ceil(n/size) packs of near-equal length (25 by 13 -> 13 + 12), like cards: item i goes to
+    pack i % count. Neighbouring points of an axis land in different packs, so the costly corner of a grid
+    (members that run to the end of the budget, or none that diverge) is shared out, and the packs on a
+    machine's slots finish together instead of leaving cores idle behind the slowest one."""
+    count = max(1, math.ceil(len(items) / size))
+    return [items[i::count] for i in range(count)]
 
 
 PROBE_BYTES = 4 * 2**30  # address space the one-member sizing probe may add before it counts as a spec mistake
@@ -245,7 +241,7 @@ def expand(spec: Spec, slots: int | None = None) -> Plan:
     packs = []
     for group in groups.values():
         size = pack_size_for(spec, group[0].config, len(group), slots, device)
-        for chunk in _chunks(group, size):
+        for chunk in _deal(group, size):
             packs.append(Pack(f"pack-{len(packs):04d}", chunk))
     return Plan(spec=spec, packs=packs, swept=swept_keys(spec))
 

@@ -76,3 +76,19 @@ def test_save_restore_mid_run(name, tmp_path):
     load_checkpoint(resumed, tmp_path / "state.pt")
     resumed.run()
     assert resumed.results()[0].curve == whole.results()[0].curve
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_family_has_a_spec_that_grokray_train_runs(name, capsys):
+    """Every family ships at least one spec in sweeps/; its smoke preset trains through the CLI and prints a phase."""
+    from pathlib import Path
+
+    import yaml
+
+    from grokray.cli import main
+
+    specs = sorted(Path(__file__).resolve().parents[1].glob("sweeps/*.yaml"))
+    mine = [p for p in specs if yaml.safe_load(p.read_text())["model"]["name"] == name]
+    assert mine, f"no spec in sweeps/ uses model {name!r}"
+    assert main(["train", str(mine[0]), "--scale", "smoke"]) == 0
+    assert "phase: " in capsys.readouterr().out

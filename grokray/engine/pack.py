@@ -157,7 +157,9 @@ class PackTrainer:
         self.cross_val = torch.full((K,), -1, dtype=torch.long, device=self.device)
         self.diverged = torch.zeros(K, dtype=torch.bool, device=self.device)
         self.active = torch.ones(K, dtype=torch.bool, device=self.device)
-        self.last = torch.full((K, len(METRICS)), math.nan, dtype=torch.float64, device=self.device)
+        # The engine's metrics, then the family's own curves (models/diagnostics.py), one column each.
+        self.metric_names = METRICS + tuple(self.model.diagnostics())
+        self.last = torch.full((K, len(self.metric_names)), math.nan, dtype=torch.float64, device=self.device)
         self.stopped_at = [None] * K  # per original member: the step at which it stopped (host side)
         self.members = list(range(K))  # original index of each row still in the pack (see _compact)
         self.finished: dict[int, MemberResult] = {}  # results of members compacted out of the pack
@@ -219,7 +221,11 @@ class PackTrainer:
         if cols[2] is not nan:
             cols[2] = torch.where(self.has_val, cols[2], nan)
             cols[3] = torch.where(self.has_val, cols[3], nan)
-        return torch.stack([*cols, self.model.weight_norm().double() if with_norm else nan], 1)
+        if with_norm:
+            with torch.no_grad():
+                extra = [self.model.weight_norm(), *self.model.diagnostics().values()]
+            return torch.stack([*cols, *(e.double() for e in extra)], 1)
+        return torch.stack([*cols, *[nan] * (len(self.metric_names) - len(cols))], 1)
 
     def train_step(self):
         t = self.step
@@ -353,16 +359,16 @@ class PackTrainer:
             st, sv = (tr[k] if tr[k] >= 0 else None), (va[k] if va[k] >= 0 else None)
             diverged = bool(self.diverged[k])
             phase = classify(st, sv, diverged, cfg.phases)
-            curve = {"step": []} | {m: [] for m in METRICS}
+            curve = {"step": []} | {m: [] for m in self.metric_names}
             for step, row in zip(self.curve_steps, rows, strict=True):
                 if step > stop:
                     break
                 if step not in self.member_records[k]:  # the pack records the union of its members' schedules
                     continue
                 curve["step"].append(step)
-                for m, v in zip(METRICS, row[k], strict=True):
+                for m, v in zip(self.metric_names, row[k], strict=True):
                     curve[m].append(v)
-            final = {m: v for m, v in zip(METRICS, last[k], strict=True) if not math.isnan(v)}
+            final = {m: v for m, v in zip(self.metric_names, last[k], strict=True) if not math.isnan(v)}
             out.append(MemberResult(phase, st, sv, phase_gap(st, sv), stop, final, curve))
         return out
 

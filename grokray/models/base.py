@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .diagnostics import fourier_concentration, operand_columns
 from .layers import encode_inputs, pad_stack
 
 
@@ -118,6 +119,21 @@ class PackedModel(torch.nn.Module):
         """Per-member L2 norm of all parameters, [K] (Omnigrok's diagnostic)."""
         norms = torch.stack([torch.linalg.vector_norm(f, dim=1) for f in self.flat.values()])
         return torch.linalg.vector_norm(norms, dim=0)
+
+    def diagnostics(self) -> dict[str, torch.Tensor]:
+        """Family curves beside the engine's metrics, [K] each, measured on record steps. The names must not
+        change between calls: the trainer reads them once. On modular tasks: the Fourier concentration of the
+        weights that see the input symbols."""
+        meta = self.data_meta.meta
+        w = self.symbol_weights() if "op" in meta else None
+        return {} if w is None else {"fourier_concentration": fourier_concentration(w, meta["p"])}
+
+    def symbol_weights(self) -> torch.Tensor | None:
+        """[K, ≥ p, c] weights indexed by input symbol (rows past p, e.g. a transformer's '=' token, are ignored);
+        None if the family has none. Default: a first layer `fc0.w` on the one-hot operands."""
+        if "fc0.w" not in self.layout:
+            return None
+        return operand_columns(self.p("fc0.w"), self.data_meta.meta["p"], self.data_meta.x.shape[-1])
 
     @property
     def size(self) -> int:

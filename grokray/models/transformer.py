@@ -87,6 +87,9 @@ class TransformerModel(PackedModel):
     def group_of(self, name):
         return "embedding" if name in ("tok", "pos") else "decoder"
 
+    def symbol_weights(self):
+        return self.p("tok")
+
     def select_extra(self, idx):
         self.dropout = self.dropout.index_select(0, idx)
 

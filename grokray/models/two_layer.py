@@ -18,6 +18,7 @@ import torch
 from ..config import bounded
 from . import MODELS
 from .base import PackedModel
+from .diagnostics import teacher_alignment
 from .heads import make_head
 from .layers import input_dim, mlp, normal
 
@@ -63,16 +64,21 @@ class TwoLayerModel(PackedModel):
         h = self.encoded(x)
         return mlp(h, self.p, "fc", 2, self.act, bias=False)
 
+    def diagnostics(self):
+        out = super().diagnostics()
+        if "teacher" in self.data_meta.meta:
+            out["teacher_overlap"] = teacher_alignment(self.p("fc0.w"), self.data_meta.meta["teacher"])
+        return out
+
     @torch.no_grad()
     def teacher_overlap(self, x: torch.Tensor, teacher: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per member [K]: the output's He₁ and He₃ coefficients along the teacher on inputs `x` [B, d] (the
-        target has 1 and ε), and the mean |cos| between first-layer weights and the teacher direction."""
+        target has 1 and ε), and the mean |cos| between first-layer weights and the teacher direction (the
+        `teacher_overlap` curve)."""
         x = x.to(self.flat["last"].dtype)
         teacher = teacher.to(x.dtype)
         z = x @ teacher
         f = self(x.expand(self.size, -1, -1)).squeeze(-1)  # [K, B]
         he1 = (f * z).mean(1) / z.pow(2).mean()
         he3 = (f * (z**3 - 3 * z)).mean(1) / (z**3 - 3 * z).pow(2).mean()
-        w = self.p("fc0.w")  # [K, d, N]
-        cos = (teacher @ w).abs() / w.norm(dim=1).clamp(min=1e-12)
-        return {"he1": he1, "he3": he3, "cos": cos.mean(1)}
+        return {"he1": he1, "he3": he3, "cos": teacher_alignment(self.p("fc0.w"), teacher)}

@@ -47,23 +47,24 @@ MODULAR = {"task": {"name": "modular", "op": "add", "p": 7, "train_fraction": 0.
 
 
 @pytest.mark.parametrize(
-    ("model", "expected"),
+    "model",
     [
-        ({"name": "toy", "embed_dim": 4, "hidden": [8], "head": "classification"}, "fourier_concentration"),
-        ({"name": "transformer", "d_model": 8, "n_heads": 2, "d_mlp": 16}, "fourier_concentration"),
-        ({"name": "quadratic", "width": 8}, "fourier_concentration"),
-        ({"name": "two_layer", "width": 8}, "fourier_concentration"),
+        {"name": "toy", "embed_dim": 4, "hidden": [8], "head": "classification"},
+        {"name": "transformer", "d_model": 8, "n_heads": 2, "d_mlp": 16},
+        {"name": "quadratic", "width": 8},
+        {"name": "two_layer", "width": 8},
     ],
+    ids=lambda m: m["name"],
 )
-def test_modular_runs_log_a_fourier_curve_at_every_recorded_step(model, expected):
+def test_modular_runs_log_a_fourier_curve_at_every_recorded_step(model):
     spec = build_spec(MODULAR | {"model": model, "optim": {"default": {"name": "adamw", "lr": 1e-2}}})
     trainer = make_trainer(spec.trials())
     trainer.run()
     result = trainer.results()[0]
-    curve = result.curve[expected]
+    curve = result.curve["fourier_concentration"]
     assert len(curve) == len(result.curve["step"]) > 5
     assert all(0.0 < v <= 1.0 for v in curve)
-    assert result.final[expected] == curve[-1]
+    assert result.final["fourier_concentration"] == curve[-1]
 
 
 def test_non_modular_tasks_log_no_fourier_curve():

@@ -121,7 +121,7 @@ class PackedModel(torch.nn.Module):
         return torch.linalg.vector_norm(norms, dim=0)
 
     def diagnostics(self) -> dict[str, torch.Tensor]:
-        """Family curves beside the engine's metrics, [K] each, measured on record steps. The names must not
+        """Family curves beside the engine's metrics, [K] each, measured with the weight norm. The names must not
         change between calls: the trainer reads them once. On modular tasks: the Fourier concentration of the
         weights that see the input symbols."""
         meta = self.data_meta.meta

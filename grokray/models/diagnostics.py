@@ -1,7 +1,7 @@
 """Cheap per-member diagnostics that families log as curves beside the engine's metrics.
 
-They are computed from the stacked weights alone (no forward pass), on record steps only, so a curve of them
-costs about as much as the weight norm.
+They are computed from the stacked weights alone (no forward pass), whenever the trainer measures the weight
+norm (evaluation and record steps, never the other training steps), and cost about as much as it.
 """
 
 from __future__ import annotations

@@ -103,6 +103,7 @@ class GroupOptimizer:
         if compile:  # one fused kernel instead of ~10 memory-bound passes (compiles once per pack shape)
             self._update = torch.compile(self._update, dynamic=False, fullgraph=True)
         self.fused = None if compile or not adam else self._pick_fused(param.device)
+        self.step_count = torch.zeros((), dtype=torch.float32, device=param.device)  # the fused kernels' step
         self._read_rows()
 
     def _pick_fused(self, device) -> str | None:
@@ -124,7 +125,6 @@ class GroupOptimizer:
         """Host copies of the per-member hyperparameters, for the per-row kernels."""
         self.rows = list(zip(*(self.h[k].view(-1).tolist() for k in ("lr", "weight_decay", "beta1", "beta2", "eps",
                                                                      "warmup_steps")), strict=True))
-        self.step_count = torch.zeros((), dtype=torch.float32, device=self.param.device)
 
     @torch.no_grad()
     def step(self, step: int, active: torch.Tensor):

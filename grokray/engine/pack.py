@@ -21,6 +21,7 @@ from ..models import MODELS
 from ..optim import GroupOptimizer, MemberRandom
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
+from .memory import keep_freed_memory
 from .schedule import auto_eval_every, record_steps
 
 METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
@@ -85,6 +86,8 @@ class PackTrainer:
         self.configs = configs
         self.K = K = len(configs)
         self.device = torch.device(device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         first = configs[0]
         self.dtype = torch.float64 if first.train.dtype == "float64" else torch.float32
         self.data = first.task.data()

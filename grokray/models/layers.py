@@ -7,12 +7,28 @@ import math
 import torch
 import torch.nn.functional as F
 
+
+class _Square(torch.autograd.Function):
+    """x², with the backward as two passes (g·x, then ·2 in place). torch.square's autograd formula,
+    g · 2 · x¹, makes three fresh tensors: it was a third of a packed quadratic net's step."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return (grad * x).mul_(2)
+
+
 ACTIVATIONS = {
     "tanh": torch.tanh,
     "relu": F.relu,
     "gelu": F.gelu,
     "silu": F.silu,
-    "square": torch.square,
+    "square": _Square.apply,
     "erf": torch.erf,
     "identity": lambda x: x,
 }
@@ -54,10 +70,15 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     return torch.baddbmm(b.unsqueeze(1), x, w)
 
 
-def mlp(x: torch.Tensor, get, prefix: str, n_layers: int, activation: str, bias: bool) -> torch.Tensor:
-    """Stacked MLP forward (`get(name)` returns a stacked tensor); no activation after the last layer."""
+def mlp(x: torch.Tensor, get, prefix: str, n_layers: int, activation: str, bias: bool, start: int = 0) -> torch.Tensor:
+    """Stacked MLP forward (`get(name)` returns a stacked tensor); no activation after the last layer.
+
+    start = 1: x is already layer 0's output before its activation (computed some other way, see `table_linear`).
+    """
     act = ACTIVATIONS[activation]
-    for i in range(n_layers):
+    if 0 < start < n_layers:
+        x = act(x)
+    for i in range(start, n_layers):
         x = linear(x, get(f"{prefix}{i}.w"), get(f"{prefix}{i}.b") if bias else None)
         if i < n_layers - 1:
             x = act(x)
@@ -102,3 +123,32 @@ def encode_inputs(x: torch.Tensor, vocab_size: int | None, dtype) -> torch.Tenso
     if x.is_floating_point():
         return x
     return F.one_hot(x, vocab_size).flatten(-2).to(dtype)
+
+
+def table_ranges(x: torch.Tensor) -> list[tuple[int, int]] | None:
+    """(first value, count) per column if the rows of symbol ids x [N, S] are the whole Cartesian product of
+    contiguous value ranges in row-major order, as on modular and permutation tasks; else None."""
+    if x.is_floating_point() or x.dim() != 2 or len(x) == 0:
+        return None
+    lo, hi = x.min(0).values.tolist(), x.max(0).values.tolist()
+    ranges = [(a, b - a + 1) for a, b in zip(lo, hi, strict=True)]
+    if math.prod(n for _, n in ranges) != len(x):
+        return None
+    table = torch.cartesian_prod(*[torch.arange(a, a + n) for a, n in ranges]).reshape(len(x), -1)
+    return ranges if torch.equal(table, x.cpu()) else None
+
+
+def table_linear(ranges, vocab_size: int, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """one_hot(table) @ w (+ b) for the full symbol table of `table_ranges`, without the one-hot: row (a, b, ...)
+    is w[a] + w[V + b] + ..., so each column's block of rows is broadcast-added. N · width work instead of
+    N · S·V · width, and the backward is a sum over the other columns instead of a one-hot matmul."""
+    K, out, S = w.shape[0], w.shape[-1], len(ranges)
+    h = None
+    for j, (first, n) in enumerate(ranges):
+        shape = [K] + [1] * S + [out]
+        shape[1 + j] = n
+        block = w[:, j * vocab_size + first : j * vocab_size + first + n].reshape(shape)
+        h = block if h is None else h + block
+    if b is not None:
+        h = h + b.view(K, *[1] * S, out)
+    return h.reshape(K, -1, out)

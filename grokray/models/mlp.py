@@ -15,7 +15,7 @@ from ..config import bounded
 from . import MODELS
 from .base import PackedModel
 from .heads import make_head
-from .layers import input_dim, linear_init, mlp, mlp_init
+from .layers import input_dim, linear_init, mlp_init
 
 
 @dataclass
@@ -54,5 +54,4 @@ class MlpModel(PackedModel):
         return "last" if name.startswith(f"fc{self.cfg.depth - 1}.") else "hidden"
 
     def forward(self, x, rng=None):
-        h = self.encoded(x)
-        return mlp(h, self.p, "fc", self.cfg.depth, self.cfg.activation, self.cfg.bias)
+        return self.input_mlp(x, "fc", self.cfg.depth, self.cfg.activation, self.cfg.bias)

@@ -18,7 +18,7 @@ from ..errors import SpecError
 from . import MODELS
 from .base import PackedModel
 from .heads import make_head
-from .layers import input_dim, mlp, normal
+from .layers import input_dim, normal
 
 
 @dataclass
@@ -62,5 +62,4 @@ class QuadraticModel(PackedModel):
         return "weights"
 
     def forward(self, x, rng=None):
-        h = self.encoded(x)
-        return mlp(h, self.p, "fc", 2, "square", bias=False)
+        return self.input_mlp(x, "fc", 2, "square", bias=False)

@@ -20,7 +20,7 @@ from . import MODELS
 from .base import PackedModel
 from .diagnostics import teacher_alignment
 from .heads import make_head
-from .layers import input_dim, mlp, normal
+from .layers import input_dim, normal
 
 
 @dataclass
@@ -61,8 +61,7 @@ class TwoLayerModel(PackedModel):
         return "hidden" if name == "fc0.w" else "last"
 
     def forward(self, x, rng=None):
-        h = self.encoded(x)
-        return mlp(h, self.p, "fc", 2, self.act, bias=False)
+        return self.input_mlp(x, "fc", 2, self.act, bias=False)
 
     def diagnostics(self):
         out = super().diagnostics()

@@ -74,7 +74,10 @@ def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
         per_token = 2 * (4 * c.d_model * c.d_model + 2 * c.d_model * c.d_mlp) * c.n_layers + 4 * seq * c.d_model
         fwd = n * (seq * per_token + 2 * c.d_model * m.head.out_dim)
     else:  # MLP-shaped families: every 2-D weight is one matmul per sample
-        fwd = 2 * n * sum(p[0].numel() for name, p in m.named_stacked() if p.dim() == 3 and name != "embed")
+        skip = {"embed"}
+        if trainer.joint and hasattr(m, "is_full_table") and m.is_full_table(trainer._all_points()[0]):
+            skip.add("fc0.w")  # the full symbol table's first layer is broadcast adds, not a matmul
+        fwd = 2 * n * sum(p[0].numel() for name, p in m.named_stacked() if p.dim() == 3 and name not in skip)
     return 3.0 * fwd
 
 

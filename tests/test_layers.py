@@ -59,9 +59,9 @@ def test_joint_training_takes_the_table_path_and_matches_the_one_hot_forward(mod
     x, _ = trainer._all_points()
     net = trainer.model
     fast = net(x)
-    assert net._is_full_table(x)
+    assert net.is_full_table(x)
     batch = x[:, :-1]  # not the whole table: the one-hot path
-    assert not net._is_full_table(batch)
+    assert not net.is_full_table(batch)
     torch.testing.assert_close(fast[:, :-1], net(batch), rtol=0, atol=1e-12)
 
 

@@ -119,11 +119,11 @@ class PackedModel(torch.nn.Module):
         permutation tasks), no one-hot is built: `table_linear` broadcast-adds each operand's rows of w. The
         one-hot matmul and its backward were about 40% of a quadratic net's packed step at p = 23.
         """
-        if self._is_full_table(x):
+        if self.is_full_table(x):
             return table_linear(self._table, self.vocab_size, w, b)
         return linear(self.encoded(x), w, b)
 
-    def _is_full_table(self, x: torch.Tensor) -> bool:
+    def is_full_table(self, x: torch.Tensor) -> bool:
         """Checked once per input tensor: joint training passes the same one every step."""
         cached = getattr(self, "_table_check", None)
         if cached is None or cached[0] is not x:

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from ..config import bounded
 from ..errors import SpecError
@@ -15,6 +14,18 @@ from . import MODELS
 from .base import PackedModel
 from .heads import ClassificationHead
 from .layers import ACTIVATIONS, layer_norm, linear, linear_init, normal
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal softmax attention of the last q.shape[-2] positions over all T keys; [N, heads, ·, d_head] each.
+
+    Written out with small matmuls: on 3-4 token sequences torch's fused attention kernel spent most of its time
+    on per-sequence overhead (a third of a packed step at p = 23).
+    """
+    tq, t = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    future = torch.ones(tq, t, dtype=torch.bool, device=q.device).triu(t - tq + 1)
+    return scores.masked_fill(future, float("-inf")).softmax(-1) @ v
 
 
 @dataclass
@@ -121,13 +132,17 @@ class TransformerModel(PackedModel):
         d, H = cfg.d_model, cfg.n_heads
         act = ACTIVATIONS[cfg.activation]
         for i in range(cfg.n_layers):
+            # Only the '=' position is read out, so the last layer computes its query, attention, MLP and
+            # residual for that position alone (every position still gives keys and values).
+            keep = 1 if i == cfg.n_layers - 1 else T
             a = self.norm(h, f"l{i}.ln1").reshape(K, B * T, d)
             qkv = linear(a, p(f"l{i}.qkv.w"), p(f"l{i}.qkv.b")).view(K * B, T, 3, H, d // H).permute(2, 0, 3, 1, 4)
-            att = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
-            att = att.transpose(1, 2).reshape(K, B * T, d)
-            h = h + self.drop(linear(att, p(f"l{i}.out.w"), p(f"l{i}.out.b")).view(K, B, T, d), rng)
-            m = self.norm(h, f"l{i}.ln2").reshape(K, B * T, d)
+            att = causal_attention(qkv[0][:, :, T - keep :], qkv[1], qkv[2])
+            att = att.transpose(1, 2).reshape(K, B * keep, d)
+            out = linear(att, p(f"l{i}.out.w"), p(f"l{i}.out.b")).view(K, B, keep, d)
+            h = h[:, :, T - keep :] + self.drop(out, rng)
+            m = self.norm(h, f"l{i}.ln2").reshape(K, B * keep, d)
             m = linear(act(linear(m, p(f"l{i}.fc1.w"), p(f"l{i}.fc1.b"))), p(f"l{i}.fc2.w"), p(f"l{i}.fc2.b"))
-            h = h + self.drop(m.view(K, B, T, d), rng)
+            h = h + self.drop(m.view(K, B, keep, d), rng)
         last = self.norm(h[:, :, -1], "lnf")  # the '=' position predicts the answer
         return torch.bmm(last, p("unembed.w"))

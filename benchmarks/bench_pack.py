@@ -70,9 +70,11 @@ def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
     n = len(trainer.y) if trainer.joint else trainer.batch_size
     if m.__class__.__name__ == "TransformerModel":
         c = m.cfg
-        seq = 4 if c.op_token else 3
-        per_token = 2 * (4 * c.d_model * c.d_model + 2 * c.d_model * c.d_mlp) * c.n_layers + 4 * seq * c.d_model
-        fwd = n * (seq * per_token + 2 * c.d_model * m.head.out_dim)
+        seq, d = (4 if c.op_token else 3), c.d_model
+        fwd = 2 * n * d * m.head.out_dim
+        for i in range(c.n_layers):  # keys/values at every position; the rest where it is used (the last layer: '=')
+            keep = 1 if i == c.n_layers - 1 else seq
+            fwd += n * (2 * (2 * d * d * seq + 2 * d * d * keep + 2 * d * c.d_mlp * keep) + 4 * keep * seq * d)
     else:  # MLP-shaped families: every 2-D weight is one matmul per sample
         skip = {"embed"}
         if trainer.joint and hasattr(m, "is_full_table") and m.is_full_table(trainer._all_points()[0]):

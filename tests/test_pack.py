@@ -44,7 +44,22 @@ def assert_same(a, b, tol=1e-6):
         assert torch.allclose(x, y, atol=tol, rtol=0, equal_nan=True), key
 
 
-@pytest.mark.parametrize(("base", "members"), [(BASE, MEMBERS), (SGD, MEMBERS[:3] + [DIVERGING])], ids=["adamw", "sgd"])
+# The transformer trains "split" (training rows with gradients, held-out rows without), the others "joint".
+TRANSFORMER = {
+    "task": {"name": "modular", "p": 7, "train_fraction": 0.5},
+    "model": {"name": "transformer", "d_model": 8, "n_heads": 2, "d_mlp": 16},
+    "optim": {"default": {"name": "adamw", "lr": 3e-3, "weight_decay": 1.0}},  # at 1e-2 loss spikes amplify 1e-16
+    "train": {"steps": 200, "dtype": "float64"},
+    "phases": {"budget": 200, "gap": 40},
+}
+TRANSFORMER_MEMBERS = [[], ["task.train_fraction=0.3", "seeds=[1]"], ["task.train_fraction=0.8", "model.d_mlp=8"]]
+
+
+@pytest.mark.parametrize(
+    ("base", "members"),
+    [(BASE, MEMBERS), (SGD, MEMBERS[:3] + [DIVERGING]), (TRANSFORMER, TRANSFORMER_MEMBERS)],
+    ids=["adamw", "sgd", "transformer-split"],
+)
 def test_pack_members_match_their_solo_runs(base, members):
     cfgs = configs(members, base)
     assert len({pack_signature(c) for c in cfgs}) == 1
@@ -116,3 +131,37 @@ def test_compaction_drops_finished_members_and_survives_resume(tmp_path):
     for cfg, a, b in zip(cfgs, whole.results(), resumed.results(), strict=True):
         assert_same(a, b, tol=0.0)
         assert_same(a, alone(cfg))
+
+
+def test_split_step_measures_what_the_joint_step_measures(monkeypatch):
+    """Mixed fractions pad both index sets; padded rows must count nowhere. Same curves as one all-points forward."""
+    from grokray.models.transformer import TransformerModel
+
+    cfgs = configs(TRANSFORMER_MEMBERS, TRANSFORMER)
+    split = PackTrainer(cfgs)
+    assert split.split and not split.joint
+    split.run()
+    monkeypatch.setattr(TransformerModel, "joint_forward", True)
+    joint = PackTrainer(cfgs)
+    assert joint.joint and not joint.split
+    joint.run()
+    for a, b in zip(split.results(), joint.results(), strict=True):
+        assert_same(a, b, tol=1e-9)
+    assert {r.phase for r in split.results()} != {"confusion"}  # the comparison covers learning, not only noise
+
+
+def test_split_pack_compacts_and_resumes_exactly(tmp_path):
+    """Compaction and checkpoints carry the held-out index sets too: a resumed split pack ends where one run does."""
+    cfgs = configs([["train.steps=60"], ["task.train_fraction=0.3", "train.steps=80"], ["seeds=[2]"]], TRANSFORMER)
+    whole = PackTrainer(cfgs)
+    whole.run()
+    part = PackTrainer(cfgs)
+    part.run(until=100)
+    assert part.split and part.K == 1 and part.members == [2]  # the two short members left at steps 60 and 80
+    save_checkpoint(part, tmp_path / "pack.pt")
+    resumed = PackTrainer(cfgs)
+    load_checkpoint(resumed, tmp_path / "pack.pt")
+    resumed.run()
+    for cfg, a, b in zip(cfgs, whole.results(), resumed.results(), strict=True):
+        assert_same(a, b, tol=0.0)
+        assert_same(a, alone(cfg), tol=1e-9)

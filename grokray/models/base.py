@@ -22,6 +22,10 @@ class PackedModel(torch.nn.Module):
     groups: tuple[str, ...] = ("embedding", "decoder")
     per_member_fields: frozenset[str] = frozenset()  # config fields that may differ inside one pack
     uses_dropout: bool = False
+    # Full-batch training on small data measures every point every step. True: one forward over all of them, whose
+    # backward then also runs over the held-out rows (cheap for MLPs, and the full symbol table has a fast first
+    # layer); False: training rows forward and backward, held-out rows forward only (engine/pack.py).
+    joint_forward: bool = True
 
     def __init__(
         self,

@@ -65,22 +65,26 @@ def _timed(fn, n):
 
 
 def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
-    """Forward + backward (3x forward) matmul FLOPs of one member over the points its forward covers."""
+    """Matmul FLOPs of one member per step: forward + backward (3x forward) over the rows that are trained, plus a
+    forward over the held-out rows when the step evaluates them separately ("split")."""
     m = trainer.model
-    n = len(trainer.y) if trainer.joint else trainer.batch_size
     if m.__class__.__name__ == "TransformerModel":
         c = m.cfg
         seq, d = (4 if c.op_token else 3), c.d_model
-        fwd = 2 * n * d * m.head.out_dim
+        per_point = 2 * d * m.head.out_dim
         for i in range(c.n_layers):  # keys/values at every position; the rest where it is used (the last layer: '=')
             keep = 1 if i == c.n_layers - 1 else seq
-            fwd += n * (2 * (2 * d * d * seq + 2 * d * d * keep + 2 * d * c.d_mlp * keep) + 4 * keep * seq * d)
+            per_point += 2 * (2 * d * d * seq + 2 * d * d * keep + 2 * d * c.d_mlp * keep) + 4 * keep * seq * d
     else:  # MLP-shaped families: every 2-D weight is one matmul per sample
         skip = {"embed"}
         if trainer.joint and hasattr(m, "is_full_table") and m.is_full_table(trainer._all_points()[0]):
             skip.add("fc0.w")  # the full symbol table's first layer is broadcast adds, not a matmul
-        fwd = 2 * n * sum(p[0].numel() for name, p in m.named_stacked() if p.dim() == 3 and name not in skip)
-    return 3.0 * fwd
+        per_point = 2 * sum(p[0].numel() for name, p in m.named_stacked() if p.dim() == 3 and name not in skip)
+    if trainer.joint:
+        return 3.0 * per_point * len(trainer.y)
+    if trainer.split:
+        return per_point * (3.0 * float(trainer.n_train.double().mean()) + float(trainer.n_val.mean()))
+    return 3.0 * per_point * trainer.batch_size
 
 
 def pack_rate(raw, overrides, k: int, seconds: float, variant: str) -> tuple[float, PackTrainer]:

@@ -117,20 +117,32 @@ def test_incompatible_configs_refuse_to_share_a_pack():
         PackTrainer(cfgs)
 
 
-def test_compaction_drops_finished_members_and_survives_resume(tmp_path):
-    cfgs = configs([["train.steps=120"], [], DIVERGING, ["seeds=[7]", "optim.default.lr=0.02"]], SGD)
+COMPACTING = {  # members, base, resume point, members still packed there, tolerance against solo runs
+    # joint step: halved once two of four had stopped (at step 120)
+    "joint": ([["train.steps=120"], [], DIVERGING, ["seeds=[7]", "optim.default.lr=0.02"]], SGD, 150, [1, 3], 1e-6),
+    # split step: the held-out index sets are compacted and checkpointed too (short members leave at 60 and 80)
+    "split": ([["train.steps=60"], ["task.train_fraction=0.3", "train.steps=80"], ["seeds=[2]"]], TRANSFORMER, 100,
+              [2], 1e-9),
+}
+
+
+@pytest.mark.parametrize("case", COMPACTING.values(), ids=COMPACTING.keys())
+def test_compaction_drops_finished_members_and_survives_resume(tmp_path, case):
+    members, base, until, still_packed, tol = case
+    cfgs = configs(members, base)
     whole = PackTrainer(cfgs)
     whole.run()
     part = PackTrainer(cfgs)
-    part.run(until=150)
-    assert part.K == 2 and part.members == [1, 3]  # halved once two of four had stopped (at step 120)
+    part.run(until=until)
+    assert part.K == len(still_packed) and part.members == still_packed
+    assert part.split == (base is TRANSFORMER) and part.joint == (base is not TRANSFORMER)
     save_checkpoint(part, tmp_path / "pack.pt")
     resumed = PackTrainer(cfgs)
     load_checkpoint(resumed, tmp_path / "pack.pt")
     resumed.run()
     for cfg, a, b in zip(cfgs, whole.results(), resumed.results(), strict=True):
         assert_same(a, b, tol=0.0)
-        assert_same(a, alone(cfg))
+        assert_same(a, alone(cfg), tol=tol)
 
 
 def test_split_step_measures_what_the_joint_step_measures(monkeypatch):
@@ -149,19 +161,3 @@ def test_split_step_measures_what_the_joint_step_measures(monkeypatch):
         assert_same(a, b, tol=1e-9)
     assert {r.phase for r in split.results()} != {"confusion"}  # the comparison covers learning, not only noise
 
-
-def test_split_pack_compacts_and_resumes_exactly(tmp_path):
-    """Compaction and checkpoints carry the held-out index sets too: a resumed split pack ends where one run does."""
-    cfgs = configs([["train.steps=60"], ["task.train_fraction=0.3", "train.steps=80"], ["seeds=[2]"]], TRANSFORMER)
-    whole = PackTrainer(cfgs)
-    whole.run()
-    part = PackTrainer(cfgs)
-    part.run(until=100)
-    assert part.split and part.K == 1 and part.members == [2]  # the two short members left at steps 60 and 80
-    save_checkpoint(part, tmp_path / "pack.pt")
-    resumed = PackTrainer(cfgs)
-    load_checkpoint(resumed, tmp_path / "pack.pt")
-    resumed.run()
-    for cfg, a, b in zip(cfgs, whole.results(), resumed.results(), strict=True):
-        assert_same(a, b, tol=0.0)
-        assert_same(a, alone(cfg), tol=1e-9)

@@ -115,20 +115,20 @@ class PackTrainer:
         # Metrics are counts over 0/1 masks divided once, in float64: 9 of 10 correct is exactly 0.9.
         self.train_mask_all = torch.zeros((K, n), dtype=torch.float64, device=self.device)
         self.val_mask_all = torch.zeros((K, n), dtype=torch.float64, device=self.device)
-        for k, (tr, va) in enumerate(splits):
-            self.train_idx[k, : len(tr)] = tr.to(self.device)
-            self.train_w[k, : len(tr)] = 1.0 / len(tr)
-            self.w_train_all[k, tr.to(self.device)] = 1.0 / len(tr)
-            self.train_mask_all[k, tr.to(self.device)] = 1.0
-            self.val_mask_all[k, va.to(self.device)] = 1.0
-        self.n_val = self.val_mask_all.sum(1).clamp(min=1)
         # Each member's held-out rows, padded (index 0, weight 0) like train_idx: the "split" step evaluates them.
         val_width = max(1, max(len(va) for _, va in splits))
         self.val_idx = torch.zeros((K, val_width), dtype=torch.long, device=self.device)
         self.val_valid = torch.zeros((K, val_width), dtype=torch.float64, device=self.device)
-        for k, (_, va) in enumerate(splits):
-            self.val_idx[k, : len(va)] = va.to(self.device)
+        for k, (tr, va) in enumerate(splits):
+            tr, va = tr.to(self.device), va.to(self.device)
+            self.train_idx[k, : len(tr)] = tr
+            self.train_w[k, : len(tr)] = 1.0 / len(tr)
+            self.w_train_all[k, tr] = 1.0 / len(tr)
+            self.train_mask_all[k, tr] = 1.0
+            self.val_mask_all[k, va] = 1.0
+            self.val_idx[k, : len(va)] = va
             self.val_valid[k, : len(va)] = 1.0
+        self.n_val = self.val_mask_all.sum(1).clamp(min=1)
         self.has_val = torch.tensor([len(va) > 0 for _, va in splits], device=self.device)
 
         train = first.train
@@ -252,6 +252,18 @@ class PackTrainer:
             return torch.stack([*cols, *(e.double() for e in extra)], 1)
         return torch.stack([*cols, *[nan] * (len(self.metric_names) - len(cols))], 1)
 
+    def _measured_row(self, loss, correct, on_train, val_loss, val_correct, on_val, with_norm):
+        """Metric row from per-sample losses and correctness with 0/1 masks of each member's training and held-out
+        rows: counts divided once, in float64, so 9 of 10 correct is exactly 0.9."""
+        n_train = self.n_train.double()
+        return self._metrics_row(
+            (loss.detach().double() * on_train).sum(1) / n_train,
+            (correct.double() * on_train).sum(1) / n_train,
+            (val_loss.detach().double() * on_val).sum(1) / self.n_val,
+            (val_correct.double() * on_val).sum(1) / self.n_val,
+            with_norm,
+        )
+
     def train_step(self):
         t = self.step
         record = t in self.record_set
@@ -261,29 +273,14 @@ class PackTrainer:
         if self.joint:
             loss, correct = self._per_sample_xy(*self._all_points(), rng)
             train_loss = (loss * self.w_train_all).sum(1)
-            c, d = correct.double(), loss.detach().double()
-            n_train = self.n_train.double()
-            row = self._metrics_row(
-                (d * self.train_mask_all).sum(1) / n_train,
-                (c * self.train_mask_all).sum(1) / n_train,
-                (d * self.val_mask_all).sum(1) / self.n_val,
-                (c * self.val_mask_all).sum(1) / self.n_val,
-                record,
-            )
+            row = self._measured_row(loss, correct, self.train_mask_all, loss, correct, self.val_mask_all, record)
         elif self.split:
             xt, yt, xv, yv = self._split_points()
             loss, correct = self._per_sample_xy(xt, yt)
             train_loss = (loss * w).sum(1)
             with torch.no_grad():
                 val_loss, val_correct = self._per_sample_xy(xv, yv)
-            on_train, n_train = (w > 0).double(), self.n_train.double()
-            row = self._metrics_row(
-                (loss.detach().double() * on_train).sum(1) / n_train,
-                (correct.double() * on_train).sum(1) / n_train,
-                (val_loss.double() * self.val_valid).sum(1) / self.n_val,
-                (val_correct.double() * self.val_valid).sum(1) / self.n_val,
-                record,
-            )
+            row = self._measured_row(loss, correct, (w > 0).double(), val_loss, val_correct, self.val_valid, record)
         else:
             loss, correct = self._per_sample(idx, rng)
             train_loss = (loss * w).sum(1)

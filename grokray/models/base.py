@@ -59,6 +59,8 @@ class PackedModel(torch.nn.Module):
         self.pad_masks = {g: torch.cat(masks[g], 1).to(device) for g in self.flat if not torch.cat(masks[g], 1).all()}
         self._build_leaves()
         self.head = self.make_head(configs, data, gens, dtype, device)
+        self._table = table_ranges(data.x)  # the task's points as a full symbol table, or None
+        self._table_check = (None, False)  # (input tensor, is it every member's copy of that table)
 
     def _build_leaves(self):
         """Named leaf parameters as views of the flat buffers, their grads as views of the flat grads."""
@@ -129,14 +131,9 @@ class PackedModel(torch.nn.Module):
 
     def is_full_table(self, x: torch.Tensor) -> bool:
         """Checked once per input tensor: joint training passes the same one every step."""
-        cached = getattr(self, "_table_check", None)
-        if cached is None or cached[0] is not x:
-            if not hasattr(self, "_table"):
-                self._table = table_ranges(self.data_meta.x)
+        if self._table_check[0] is not x:
             table = self.data_meta.x
-            full = (
-                self._table is not None and x.shape[1:] == table.shape and bool((x == table.to(x.device)).all())
-            )
+            full = self._table is not None and x.shape[1:] == table.shape and bool((x == table.to(x.device)).all())
             self._table_check = (x, full)
         return self._table_check[1]
 

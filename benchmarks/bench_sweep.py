@@ -105,10 +105,8 @@ def run_grokray(steps: int, workdir: Path) -> dict:
     """grokray's wall time, split (in core-seconds: wall x concurrent packs) into Ray start-up, scheduling and
     worker start-up (and the idle tail), per-pack set-up (trainer build, checkpoints, Tune reports), MLflow
     (the workers' time in MLflow calls) and training."""
-    import ray
-
     from grokray.spec import load_spec
-    from grokray.sweep.runner import SweepOptions, run_sweep, start_ray
+    from grokray.sweep.runner import SweepOptions, run_sweep
 
     overrides = [
         f"sweep.optim.decoder.lr.logspace=[-4, -2, {len(LRS)}]",
@@ -119,13 +117,9 @@ def run_grokray(steps: int, workdir: Path) -> dict:
     options = SweepOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
                            storage=str(workdir / "grokray-results"), progress=False)
     t0 = time.perf_counter()
-    start_ray(options)  # what run_sweep does first; timed on its own here
-    t_ray = time.perf_counter() - t0
-    summary = run_sweep(spec, options)
-    t_sweep = time.perf_counter() - t0 - t_ray
-    t1 = time.perf_counter()
-    ray.shutdown()
+    summary = run_sweep(spec, options)  # validates, starts Ray (opening MLflow meanwhile), runs, stops Ray
     wall = time.perf_counter() - t0
+    t = summary.timings
     assert summary.errored_trials == 0
     slots = max(1, min(summary.packs, os.cpu_count() or 1))
     m = summary.trial_metrics
@@ -136,8 +130,10 @@ def run_grokray(steps: int, workdir: Path) -> dict:
     ends = [x["timestamp"] for x in m if "timestamp" in x]  # Tune's wall clock at each pack's last result (1 s)
     idle = sum(max(ends) - e for e in ends) if len(ends) == len(m) else 0.0
     parts = {  # core-seconds
-        "ray_start_stop": (t_ray + time.perf_counter() - t1) * slots,
-        "scheduling_worker_start": t_sweep * slots - trial - idle,
+        "ray_start_stop": (t["ray_start"] + t["ray_stop"]) * slots,
+        # validation, MLflow parent run, Tune's start, trial actors' start and imports, Tune's end, closing the
+        # parent run: everything outside Ray's own start and stop and the packs' trial functions
+        "scheduling_worker_start": (wall - t["ray_start"] - t["ray_stop"]) * slots - trial - idle,
         "idle_after_a_pack_ends": idle,  # packs of unequal cost (members that diverge stop early): not Ray or MLflow
         "pack_setup_checkpoints_reports": trial - train - mlflow_worker,
         "mlflow": mlflow_worker,
@@ -150,7 +146,7 @@ def run_grokray(steps: int, workdir: Path) -> dict:
         "overhead_share": 1 - train / core_s, "mlflow_share": mlflow_worker / core_s,
         "ray_mlflow_share": 1 - (train + idle) / core_s,
         "shares": {k: v / core_s for k, v in parts.items()},
-        "phase_counts": summary.phase_counts,
+        "phase_counts": summary.phase_counts, "timings": t,
     }
 
 
@@ -169,6 +165,7 @@ def main():
                   f"({g['model_steps'] / g['wall_s']:.0f} model-steps/s); outside training (Ray + MLflow) "
                   f"{g['overhead_share']:.1%} of core-time, MLflow alone {g['mlflow_share']:.1%} "
                   f"({g['mlflow_calls']} requests)", flush=True)
+            print("  wall: " + ", ".join(f"{k} {v:.1f} s" for k, v in g["timings"].items()), flush=True)
             print("  core-time: " + ", ".join(f"{k} {v:.1%}" for k, v in g["shares"].items()), flush=True)
             print(f"  Ray + MLflow (everything but training and idle cores): {g['ray_mlflow_share']:.1%}", flush=True)
         if args.only != "grokray":

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -59,6 +60,8 @@ class SweepSummary:
     undelivered_dir: str = ""  # where metrics that could not be delivered wait for `grokray replay`
     undelivered_points: int = 0
     undelivered_batches: int = 0
+    # seconds of wall time: ray_start, setup (Ray up -> Tune starts), tune, finish (parent run), ray_stop
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 # -- progress line -------------------------------------------------------------------------------------------
@@ -145,19 +148,21 @@ def resolve_storage(storage: str | None) -> str:
     return storage if "://" in storage else str(Path(storage).resolve())
 
 
-def start_ray(options, spec: Spec | None = None) -> bool:
+def start_ray(options, spec: Spec | None = None, warm_up: bool = True) -> bool:
     """Join `options.address` / RAY_ADDRESS or start a private local Ray. True if we started (and must stop) it.
 
-    Shared by `grokray run`, adaptive rounds and `grokray search` (any options with address and num_cpus)."""
+    Shared by `grokray run`, adaptive rounds and `grokray search` (any options with address and num_cpus).
+    warm_up: import the driver's heavy modules meanwhile (False: the caller has started that thread itself)."""
     import ray
 
     if ray.is_initialized():
         return False
     address = options.address or os.environ.get("RAY_ADDRESS")
     quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
-    from .warm import driver_imports_in_background
+    if warm_up:
+        from .warm import driver_imports_in_background
 
-    driver_imports_in_background()
+        driver_imports_in_background()
     if address:
         ray.init(address=address, **quiet)
     else:
@@ -177,7 +182,6 @@ def spool_dir_for(experiment_path: str, parent_run_id: str) -> str:
 def _finish_tracking(tracker, status: str, results, spool: str, wait_s: float) -> dict[str, int]:
     """Deliver what packs left in the spool, then close the parent run. If the tracking server is still away,
     the parent's closing batch joins the spool too and the phase counts come from Tune's results."""
-    from ..tracking import phase_counts
     from ..tracking.delivery import Batch, Spool, is_transient, replay_dir
 
     if tracker.uri.startswith("http"):
@@ -186,8 +190,7 @@ def _finish_tracking(tracker, status: str, results, spool: str, wait_s: float) -
         quick_failing_http()  # a server that is still away answers in seconds, not after minutes of retries
     replay_dir(spool, tracker.client, deadline_s=wait_s)
     try:
-        tracker.finish(status)
-        return phase_counts(tracker.children())
+        return tracker.finish(status)  # the phase counts it wrote to the parent, from one search of the children
     except Exception as exc:  # noqa: BLE001
         if not is_transient(exc):
             raise
@@ -209,11 +212,15 @@ def _slots(spec: Spec) -> int:
     return local_slots(spec, cpus)
 
 
+def _open_tracker(uri: str | None, experiment_name: str):
+    from ..tracking import SweepTracker, resolve_tracking_uri
+
+    return SweepTracker(resolve_tracking_uri(uri), experiment_name)
+
+
 def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
     """Run (or resume) the sweep of `spec`; the spec is validated in full before Ray or MLflow is touched."""
     import ray
-
-    from ..tracking import SweepTracker, resolve_tracking_uri
 
     options = options or SweepOptions()
     from .expand import check_size
@@ -222,11 +229,19 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
     spec.trials()  # every configuration parses, or a SpecError leaves nothing behind
     t_start = time.time()
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the legacy engine prints nothing
-    started_ray = start_ray(options, spec)
+    # MLflow is imported and its store opened (a new SQLite file runs the schema migrations) while Ray starts,
+    # whose seconds go mostly to waiting for its processes: ~3 s of a laptop sweep's start hidden. Runs are created
+    # only once Ray is up.
+    from .warm import driver_imports_in_background
+
+    tracker_ready = driver_imports_in_background(then=partial(_open_tracker, options.tracking_uri, spec.name))
+    timings: dict[str, float] = {}
+    started_ray = start_ray(options, spec, warm_up=False)
+    timings["ray_start"] = time.time() - t_start
     try:
         plan = expand(spec, slots=_slots(spec))
-        uri = resolve_tracking_uri(options.tracking_uri)
-        tracker = SweepTracker(uri, spec.name)
+        tracker = tracker_ready.result()
+        uri = tracker.uri
         storage = resolve_storage(options.storage)
         trainable = tune.with_resources(train_pack, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu})
         total_work = sum(len(p.members) * max(m.config.train.steps for m in p.members) for p in plan.packs)
@@ -282,7 +297,10 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
                     callbacks=[ProgressLine(plan.n_configs, total_work, options.progress)],
                 ),
             )
+        t_tune = time.time()
+        timings["setup"] = t_tune - t_start - timings["ray_start"]
         results = tuner.fit()
+        timings["tune"] = time.time() - t_tune
         errored = sum(1 for r in results if r.error is not None)
         interrupted = any(not (r.metrics or {}).get("pack_done") for r in results if r.error is None)
         status = "FAILED" if errored else "KILLED" if interrupted else "FINISHED"
@@ -291,6 +309,7 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
         from ..tracking.delivery import pending_points
 
         left_batches, left_points = pending_points(spool)
+        timings["finish"] = time.time() - t_tune - timings["tune"]
         last = [dict(r.metrics or {}) for r in results]
         nodes = {r.metrics["pack_id"] if "pack_id" in (r.metrics or {}) else r.config["pack"]["pack_id"]:
                  (r.metrics or {}).get("node_id", "") for r in results if r.config}
@@ -311,10 +330,13 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
             undelivered_dir=spool if left_batches else "",
             undelivered_points=left_points,
             undelivered_batches=left_batches,
+            timings=timings,
         )
     finally:
         if started_ray:
+            t_stop = time.time()
             ray.shutdown()
+            timings["ray_stop"] = time.time() - t_stop  # after wall_s, in the summary the caller gets
 
 
 def dry_run(spec: Spec) -> Plan:

@@ -1,13 +1,15 @@
-"""The same 8x8 toy grid (Liu's addition, decoder lr x weight decay) two ways, on this machine's CPUs:
+"""The same 8x8 toy grid (Liu's addition, decoder lr x weight decay) three ways, on this machine's CPUs:
 
 (a) plain Ray Tune as a user would write it: one trial per configuration, a hand-written torch training
     loop, `tune.report` every 100 steps, `MLflowLoggerCallback`;
-(b) `grokray run` (packed trials, batched MLflow logging).
+(b) `grokray run` (packed trials, batched MLflow logging);
+(c) bare: grokray's own packs trained in plain processes, no Ray and no MLflow.
 
-Both train every configuration for the full budget (grokray's early stop is switched off, so the work is
-equal). Prints wall times, the ratio, and the share of grokray's time spent outside training (Ray + MLflow).
+All train every configuration for the full budget (grokray's early stop is switched off, so the work is
+equal). Prints wall times, the ratio plain / grokray, and the share of grokray's time spent in Ray and MLflow two
+ways: from inside (core-time outside the packs' training loops) and from outside (1 - bare / grokray wall).
 
-    .venv/bin/python benchmarks/bench_sweep.py [--steps 3000] [--only plain|grokray]
+    .venv/bin/python benchmarks/bench_sweep.py [--steps 3000] [--only grokray,bare,plain]
 """
 
 from __future__ import annotations
@@ -100,20 +102,25 @@ def run_plain(steps: int, workdir: Path) -> dict:
     return {"wall_s": wall, "trials": len(results), "model_steps": len(results) * steps}
 
 
-# -- (b) grokray run ---------------------------------------------------------------------------------------
-def run_grokray(steps: int, workdir: Path) -> dict:
-    """grokray's wall time, split (in core-seconds: wall x concurrent packs) into Ray start-up, scheduling and
-    worker start-up (and the idle tail), per-pack set-up (trainer build, checkpoints, Tune reports), MLflow
-    (the workers' time in MLflow calls) and training."""
+def grid_spec(steps: int):
     from grokray.spec import load_spec
-    from grokray.sweep.runner import SweepOptions, run_sweep
 
     overrides = [
         f"sweep.optim.decoder.lr.logspace=[-4, -2, {len(LRS)}]",
         f"sweep.optim.decoder.weight_decay.values={json.dumps(WDS)}",
         f"train.steps={steps}", f"phases.budget={steps}", "phases.stop_when_classified=false",
     ]
-    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides)
+    return load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides)
+
+
+# -- (b) grokray run ---------------------------------------------------------------------------------------
+def run_grokray(steps: int, workdir: Path) -> dict:
+    """grokray's wall time, split (in core-seconds: wall x concurrent packs) into Ray start-up, scheduling and
+    worker start-up (and the idle tail), per-pack set-up (trainer build, checkpoints, Tune reports), MLflow
+    (the workers' time in MLflow calls) and training."""
+    from grokray.sweep.runner import SweepOptions, run_sweep
+
+    spec = grid_spec(steps)
     options = SweepOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
                            storage=str(workdir / "grokray-results"), progress=False)
     t0 = time.perf_counter()
@@ -150,16 +157,57 @@ def run_grokray(steps: int, workdir: Path) -> dict:
     }
 
 
+# -- (c) the same packs bare: no Ray, no MLflow --------------------------------------------------------------
+def _train_bare(member_configs: list[dict], chunk: int) -> float:
+    """One fresh process per pack, as a script would run it: import, build the trainer, train in the trainable's
+    chunks. Returns the seconds spent training."""
+    import torch
+
+    from grokray.engine import make_trainer
+    from grokray.spec import parse_trial
+
+    torch.set_num_threads(1)
+    trainer = make_trainer([parse_trial(c) for c in member_configs], device="cpu")
+    t0 = time.perf_counter()
+    while not trainer.run(until=trainer.step + chunk):
+        pass
+    return time.perf_counter() - t0
+
+
+def run_bare(steps: int) -> dict:
+    """grokray's packs (the plan `grokray run` makes on this machine) trained without Ray or MLflow, as many at
+    once as grokray runs: process start, imports, trainer build and training. grokray's wall time minus this is
+    what Ray and MLflow cost, measured from outside."""
+    import multiprocessing as mp
+
+    from grokray.sweep.expand import expand, local_slots
+    from grokray.sweep.runner import SweepOptions
+
+    spec = grid_spec(steps)
+    slots = local_slots(spec, os.cpu_count())
+    plan = expand(spec, slots=slots)
+    packs = [[m.config.to_dict() for m in p.members] for p in plan.packs]
+    chunk = SweepOptions().checkpoint_every
+    t0 = time.perf_counter()
+    with mp.get_context("spawn").Pool(min(slots, len(packs))) as pool:
+        train_s = pool.starmap(_train_bare, [(p, chunk) for p in packs])
+    return {"wall_s": time.perf_counter() - t0, "packs": len(packs), "train_s": train_s}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--only", choices=["plain", "grokray"])
+    parser.add_argument("--only", default="grokray,bare,plain",
+                        help="comma-separated subset of grokray,bare,plain (run in that order)")
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    if not only <= {"grokray", "bare", "plain"}:
+        parser.error(f"--only: {args.only!r}; choose from grokray, bare, plain")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     out = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
            "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "grid": f"{len(LRS)}x{len(WDS)}"}
     with tempfile.TemporaryDirectory() as d:
-        if args.only != "plain":
+        if "grokray" in only:
             out["grokray"] = g = run_grokray(args.steps, Path(d))
             print(f"grokray: {g['wall_s']:.1f} s for {g['configurations']} configurations in {g['packs']} packs "
                   f"({g['model_steps'] / g['wall_s']:.0f} model-steps/s); outside training (Ray + MLflow) "
@@ -168,7 +216,15 @@ def main():
             print("  wall: " + ", ".join(f"{k} {v:.1f} s" for k, v in g["timings"].items()), flush=True)
             print("  core-time: " + ", ".join(f"{k} {v:.1%}" for k, v in g["shares"].items()), flush=True)
             print(f"  Ray + MLflow (everything but training and idle cores): {g['ray_mlflow_share']:.1%}", flush=True)
-        if args.only != "grokray":
+        if "bare" in only:
+            out["bare"] = b = run_bare(args.steps)
+            print(f"bare packs (no Ray, no MLflow): {b['wall_s']:.1f} s for {b['packs']} packs, training "
+                  + ", ".join(f"{t:.1f}" for t in b["train_s"]) + " s", flush=True)
+            if "grokray" in out:
+                out["ray_mlflow_wall_share"] = 1 - b["wall_s"] / out["grokray"]["wall_s"]
+                print(f"  Ray + MLflow, measured from outside (1 - bare / grokray wall): "
+                      f"{out['ray_mlflow_wall_share']:.1%}", flush=True)
+        if "plain" in only:
             out["plain"] = p = run_plain(args.steps, Path(d))
             print(f"plain Ray Tune: {p['wall_s']:.1f} s for {p['trials']} trials "
                   f"({p['model_steps'] / p['wall_s']:.0f} model-steps/s)", flush=True)

@@ -78,11 +78,9 @@ def _run(args) -> int:
     if args.checkpoint_every < 1:
         raise SpecError("--checkpoint-every", f"got {args.checkpoint_every}; must be >= 1")
     if args.dry_run:
-        est = expand(spec).estimate()
-        print(f"configurations: {est['configurations']}")
-        print(f"packs:          {est['packs']}")
-        print(f"model-steps:    {est['model_steps']}  (sum of min(train.steps, phases.budget))")
-        print(f"estimate:       <= {est['estimated_seconds'] / 60:.1f} min at {est['throughput_assumed']}")
+        from .sweep.estimate import estimate_plan
+
+        print("\n".join(estimate_plan(expand(spec), calibrate_costs=not args.no_calibrate).lines()))
         return 0
 
     from .sweep.report import phase_table
@@ -196,6 +194,34 @@ def _analyze(args) -> int:
     return 0
 
 
+def _atlas(args) -> int:
+    from pathlib import Path
+
+    from .errors import SpecError as _SpecError
+
+    specs = args.specs or sorted(str(p) for p in Path("sweeps").glob("*.yaml"))
+    if not specs:
+        raise _SpecError("SPEC", "no specs given and no sweeps/*.yaml here; name the spec files")
+    from .atlas.plan import plan_atlas
+
+    plan_atlas(specs, args.scale)  # every spec and atlas block checked before Ray starts or MLflow is written
+    from .atlas.build import build_atlas
+    from .sweep.runner import resolve_storage
+    from .tracking import resolve_tracking_uri
+
+    results = build_atlas(specs, args.scale, args.output, resolve_tracking_uri(args.tracking_uri),
+                          resolve_storage(args.storage), run=not args.pages_only)
+    print(f"\n{'figure':<40} {'estimate':>9} {'measured':>9} {'ratio':>6}  page")
+    for r in results:
+        if r.page is None:
+            print(f"{r.figure.stem:<40} {'':>9} {'':>9} {'':>6}  {r.error}")
+            continue
+        print(f"{r.figure.stem:<40} {r.estimate_s / 60:>7.1f} m {r.measured_s / 60:>7.1f} m "
+              f"{r.measured_s / max(r.estimate_s, 1e-9):>6.2f}  {r.page}")
+    print(f"index: {Path(args.output) / 'README.md'}")
+    return 1 if any(r.page is None for r in results) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grokray", description="Phase-diagram sweeps of grokking models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -204,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("spec", help="YAML spec file")
         p.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                        help="dotted override, e.g. -s optim.decoder.lr=3e-4 (repeatable)")
-        p.add_argument("--scale", choices=["smoke"], default=None, help="apply the spec's smoke: preset")
+        p.add_argument("--scale", choices=["smoke", "reduced", "paper"], default=None,
+                       help="apply the spec's smoke: or reduced: preset (paper: the spec as written)")
 
     train = sub.add_parser("train", help="train one configuration (the first sweep point) and print its phase")
     common(train)
@@ -215,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(run)
     run.add_argument("--dry-run", action="store_true",
                      help="print configurations, packs, model-steps and a cost estimate; start nothing")
+    run.add_argument("--no-calibrate", action="store_true",
+                     help="with --dry-run: assume a flat model-steps/s instead of timing a few packs here (~1 s each)")
     run.add_argument("--resume", action="store_true", help="continue the last interrupted sweep of this spec")
     run.add_argument("--adaptive", action="store_true",
                      help="adaptive phase diagram (the spec's adaptive: block, else its defaults); a spec "
@@ -263,6 +292,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Ray Tune results directory; the study journal defaults to <PATH>/<study>.optuna.journal"
                              " (default: ./grokray-results; search.storage may name a journal file or an RDB URL)")
     search.set_defaults(func=_search)
+
+    atlas = sub.add_parser("atlas", help="run every figure's spec at a scale (skipping what MLflow already holds) "
+                           "and write one page per figure, with its diagram and the paper's expectation")
+    atlas.add_argument("specs", nargs="*", metavar="SPEC", help="spec files (default: sweeps/*.yaml)")
+    atlas.add_argument("--scale", choices=["smoke", "reduced", "paper"], required=True,
+                       help="smoke / reduced: the spec's preset; paper: the spec itself (in its atlas pieces)")
+    atlas.add_argument("-o", "--output", default="docs/atlas", metavar="DIR", help="pages (default: docs/atlas)")
+    atlas.add_argument("--tracking-uri", default=None, metavar="URI",
+                       help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    atlas.add_argument("--storage", default=None, metavar="PATH",
+                       help="Ray Tune results and search journals (default: ./grokray-results)")
+    atlas.add_argument("--pages-only", action="store_true", help="write pages from what MLflow holds; run nothing")
+    atlas.set_defaults(func=_atlas)
 
     analyze = sub.add_parser("analyze", help="phase diagram, steps heatmap and phase table of a sweep from MLflow; "
                              "the figures are also logged on its parent run")

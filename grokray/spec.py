@@ -24,8 +24,13 @@ from .models import MODELS
 from .tasks import TASKS
 
 TRIAL_KEYS = ("task", "model", "optim", "train", "phases", "seed")
-SPEC_KEYS = ("name", "description", *TRIAL_KEYS[:-1], "seeds", "sweep", "resources", "smoke", "search", "adaptive",
-             "artifacts")
+SCALES = ("smoke", "reduced", "paper")  # presets a spec may declare; "paper" is the spec itself
+PRESETS = SCALES[:-1]
+SPEC_KEYS = ("name", "description", *TRIAL_KEYS[:-1], "seeds", "sweep", "resources", *PRESETS, "search", "adaptive",
+             "artifacts", "atlas")
+# Keys that say how to run or document a spec, not what it trains: left out of its hash, so adding a preset or an
+# atlas note to a spec does not orphan the sweeps already stored under it.
+UNHASHED_KEYS = (*PRESETS, "atlas")
 AXIS_KINDS = ("values", "linspace", "logspace", "range")
 SEED_RANGE = {"ge": 0, "lt": 2**32}  # what every generator accepts, on every device
 MAX_AXIS_POINTS = 100_000  # one axis; checked before numpy builds it (a typo like num: 1e9 would take 8 GB)
@@ -202,7 +207,9 @@ class Spec:
         return self.trial(self.points()[0])
 
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        """Identity of what the spec trains (after presets and overrides): how a resume or the atlas finds it."""
+        content = {k: v for k, v in self.raw.items() if k not in UNHASHED_KEYS}
+        return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def parse_value(text: str):
@@ -232,22 +239,35 @@ def read_yaml(path: str | Path) -> dict:
     return raw
 
 
+def apply_preset(raw: dict, preset, where: str) -> None:
+    """Apply a mapping of dotted overrides (a scale preset, an atlas piece) to raw, in place."""
+    if not isinstance(preset, dict):
+        raise SpecError(where, f"expected a mapping of dotted overrides, got {preset!r}")
+    for key, value in preset.items():
+        _check_top(key, where)
+        _set_override(raw, key, value)
+
+
 def build_spec(
-    raw: dict, overrides: list[str] | tuple = (), scale: str | None = None, default_name: str = "grokray"
+    raw: dict, overrides: list[str] | tuple = (), scale: str | None = None, default_name: str = "grokray",
+    presets: tuple[tuple[str, dict], ...] = (),
 ) -> Spec:
+    """scale: "smoke" or "reduced" applies that preset of the spec ("paper" or None: the spec as written).
+    presets: further (where, overrides) pairs applied after the scale and before the -s overrides."""
     raw = copy.deepcopy(raw)
     for key in raw:
         if key not in SPEC_KEYS:
             raise unknown_key_error("", key, SPEC_KEYS)
-    if scale is not None:
-        if scale != "smoke":
-            raise SpecError("--scale", f"got {scale!r}; allowed: smoke")
-        preset = raw.get("smoke") or {}
-        if not isinstance(preset, dict):
-            raise SpecError("smoke", f"expected a mapping of dotted overrides, got {preset!r}")
-        for key, value in preset.items():
-            _check_top(key, "smoke")
-            _set_override(raw, key, value)
+    if scale is not None and scale not in SCALES:
+        raise SpecError("--scale", f"got {scale!r}; allowed: {', '.join(SCALES)}")
+    if scale in PRESETS:
+        if scale not in raw:
+            declared = [p for p in PRESETS if p in raw]
+            raise SpecError("--scale", f"the spec has no {scale}: preset; it declares: "
+                            f"{', '.join(declared) or 'none'} (and paper, the spec itself)")
+        apply_preset(raw, raw[scale] or {}, scale)
+    for where, preset in presets:
+        apply_preset(raw, preset, where)
     for item in overrides:
         if "=" not in item:
             raise SpecError("-s", f"got {item!r}; expected key=value, e.g. optim.decoder.lr=3e-4")

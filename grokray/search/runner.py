@@ -47,6 +47,7 @@ class SearchOptions:
     min_report_s: float = 0.0  # every chunk is reported: ASHA and Optuna see val/acc at each checkpoint
     num_cpus: int | None = None
     max_failures: int = 1
+    parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
 
 
 @dataclass
@@ -296,7 +297,7 @@ def run_search(spec: Spec, options: SearchOptions | None = None) -> SearchSummar
     else:
         # no MLflow record to answer from: every interrupted trial runs again
         recovered = recover_interrupted(study, {}, cfg) if options.resume else (0, 0)
-        parent_id = _start_parent(tracker, spec, cfg, label)
+        parent_id = _start_parent(tracker, spec, cfg, label, options.parent_tags)
         study.set_user_attr("grokray.mlflow_parent_run_id", parent_id)
         study.set_user_attr("grokray.tracking_uri", uri)
 
@@ -335,11 +336,12 @@ def _run_exists(client, run_id: str) -> bool:
         return False
 
 
-def _start_parent(tracker, spec: Spec, cfg: SearchConfig, label: str) -> str:
+def _start_parent(tracker, spec: Spec, cfg: SearchConfig, label: str, extra_tags: dict | None = None) -> str:
     from ..tracking import clean, code_version
     from ..tracking.mlflow_runs import ROLE_TAG
 
     tags = {
+        **(extra_tags or {}),
         ROLE_TAG: "parent",
         "grokray.kind": "search",
         "grokray.spec_hash": spec.hash(),

@@ -16,13 +16,6 @@ from ..engine import max_pack_size, pack_signature
 from ..engine.sizing import auto_pack_size
 from ..spec import Spec, TrialConfig
 
-# Model-steps per second per CPU core for a packed toy model (Liu's addition, widths 200x200), measured on
-# the 2-core development machine with `benchmarks/bench_sweep.py`. Used only for the --dry-run estimate,
-# which is an upper bound: members stop as soon as their phase is decided.
-CPU_MODEL_STEPS_PER_CORE_S = 1700.0
-# A GPU gains close to K from packing; this is a conservative figure for small models on one card.
-GPU_MODEL_STEPS_PER_S = 50000.0
-
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
 
 
@@ -59,26 +52,6 @@ class Plan:
     @property
     def model_steps(self) -> int:
         return sum(p.model_steps for p in self.packs)
-
-    def estimate(self, cpus: int | None = None) -> dict:
-        """The --dry-run numbers. Seconds assume every member runs to its budget (an upper bound)."""
-        res = self.spec.resources
-        if res.gpu > 0:
-            parallel = max(1, min(len(self.packs), int(1 // res.gpu)))
-            where = f"{GPU_MODEL_STEPS_PER_S:g} model-steps/s per pack x {parallel} packs per GPU"
-            seconds = self.model_steps / GPU_MODEL_STEPS_PER_S / parallel
-        else:
-            cpus = cpus or os.cpu_count() or 1
-            parallel = max(1, min(len(self.packs), int(cpus // res.cpu)))
-            where = f"{CPU_MODEL_STEPS_PER_CORE_S:g} model-steps/s per core x {parallel} concurrent packs"
-            seconds = self.model_steps / CPU_MODEL_STEPS_PER_CORE_S / parallel
-        return {
-            "configurations": self.n_configs,
-            "packs": len(self.packs),
-            "model_steps": self.model_steps,
-            "estimated_seconds": seconds,
-            "throughput_assumed": where,
-        }
 
     def param_space(self, context: dict) -> dict:
         """Tune's param_space: a grid over packs, plus the shared run context (tracking, checkpoint cadence)."""
@@ -219,6 +192,10 @@ def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: s
         size = _probe_pack_size(config, n, device, frac)
         if device == "cpu":
             size = min(size, max(1, math.ceil(n / max(1, slots))))
+            # Whole waves: 3 packs on 2 slots leave a slot idle for the last third, 4 smaller packs do not.
+            count = math.ceil(n / size)
+            if count > slots and count % slots:
+                size = math.ceil(n / (math.ceil(count / slots) * slots))
     cap = max_pack_size(config)
     return max(1, min(size, cap) if cap else size)
 

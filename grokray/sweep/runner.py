@@ -40,6 +40,7 @@ class SweepOptions:
     delivery_wait_s: float = 60.0  # after a tracking outage: how long a pack, then the driver, retries the backlog
     buffer_points: int = 200_000  # metric points a worker holds in memory while the tracking server is away
     max_configs: int | None = None  # refuse larger expansions (the CLI asks for --yes instead)
+    parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
 
 
 @dataclass
@@ -262,7 +263,7 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
             name = f"{spec.name}_{time.strftime('%Y%m%d-%H%M%S')}"
             experiment_path = f"{storage.rstrip('/')}/{name}"
             spec_text = yaml.safe_dump(spec.raw, sort_keys=False)
-            tracker.start_parent(spec, plan, experiment_path, spec_text)
+            tracker.start_parent(spec, plan, experiment_path, spec_text, extra_tags=options.parent_tags)
             ctx = {
                 "tracking_uri": uri,
                 "experiment_id": tracker.experiment_id,

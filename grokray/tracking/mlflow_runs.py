@@ -198,8 +198,9 @@ class SweepTracker:
         self.parent_run_id: str | None = None
         use_wal(uri)
 
-    def start_parent(self, spec, plan, experiment_path: str, spec_text: str) -> str:
+    def start_parent(self, spec, plan, experiment_path: str, spec_text: str, extra_tags: dict | None = None) -> str:
         tags = {
+            **(extra_tags or {}),
             ROLE_TAG: "parent",
             "grokray.spec_hash": spec.hash(),
             "grokray.code_version": code_version(),

@@ -1,0 +1,77 @@
+"""`grokray atlas`: plan every figure (all specs validated first), run or resume or skip each piece, write the pages
+and the index. A figure whose pieces fail is reported and the others go on; the atlas can simply be run again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .page import PieceTiming, write_index, write_page
+from .plan import Figure, plan_atlas
+from .runner import ESTIMATE_METRIC, UPPER_METRIC, PieceRecord, estimate_piece, run_figure
+
+
+@dataclass
+class FigureResult:
+    figure: Figure
+    records: list[PieceRecord]
+    timings: list[PieceTiming]
+    page: Path | None
+    error: str = ""
+
+    @property
+    def estimate_s(self) -> float:
+        return sum(t.estimate_s for t in self.timings)
+
+    @property
+    def measured_s(self) -> float:
+        return sum(t.measured_s for t in self.timings)
+
+
+def piece_timings(figure: Figure, records: list[PieceRecord], tracking_uri: str) -> list[PieceTiming]:
+    """Estimate against measured per piece. A piece stored without an estimate (run by plain `grokray run`, or by
+    an older atlas) gets one made now, and it is logged on its parent so the page stays the same next time."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    out = []
+    for piece, rec in zip(figure.pieces, records, strict=True):
+        est = rec.estimate
+        if est is None:
+            e = estimate_piece(piece)
+            est = (e.seconds, e.upper_seconds)
+            if rec.parent_run_id:
+                client.log_metric(rec.parent_run_id, ESTIMATE_METRIC, est[0])
+                client.log_metric(rec.parent_run_id, UPPER_METRIC, est[1])
+        out.append(PieceTiming(piece.name, rec.configurations or len(piece.spec.points()), rec.packs, est[0], est[1],
+                               rec.wall_s))
+    return out
+
+
+def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracking_uri: str, storage: str, *,
+                run: bool = True, progress: bool | None = None, log=print) -> list[FigureResult]:
+    figures = plan_atlas(paths, scale)  # every spec, piece and atlas block checked before anything runs
+    results = []
+    for figure in figures:
+        try:
+            records = run_figure(figure, tracking_uri, storage, run=run, progress=progress, log=log)
+            if any(not r.parent_run_id for r in records):
+                missing = [r.name for r in records if not r.parent_run_id]
+                results.append(FigureResult(figure, records, [], None, f"pieces not run: {', '.join(missing)}"))
+                continue
+            timings = piece_timings(figure, records, tracking_uri)
+            page = write_page(figure, records, timings, out_dir, tracking_uri)
+            result = FigureResult(figure, records, timings, page)
+            log(f"[atlas] {figure.stem}: {result.measured_s / 60:.1f} min measured, {result.estimate_s / 60:.1f} min "
+                f"estimated (x{result.measured_s / max(result.estimate_s, 1e-9):.2f}) -> {page}")
+        except Exception as exc:  # noqa: BLE001 - one figure's failure must not cost the others
+            from ..errors import SpecError
+
+            if isinstance(exc, SpecError):
+                raise
+            result = FigureResult(figure, [], [], None, f"{type(exc).__name__}: {exc}")
+            log(f"[atlas] {figure.stem}: FAILED ({result.error}); run the atlas again to resume it")
+        results.append(result)
+    write_index(out_dir)
+    return results

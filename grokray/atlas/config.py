@@ -1,0 +1,144 @@
+"""A spec's `atlas:` block: how its figure is drawn, split and checked against the paper. Pure: no Ray, no MLflow.
+
+```yaml
+atlas:
+  axes: [optim.decoder.lr, optim.decoder.weight_decay]   # diagram x, y (default: the first two swept axes)
+  view: diagram                  # or fraction: generalization rate against task.train_fraction (Liu Fig. 4)
+  pieces:                        # per scale: separate `grokray run`s in one experiment, analysed together
+    paper:
+      - {name: low-lr, take: {optim.decoder.lr: [0, 4]}, set: {seeds: [0, 1, 2]}}
+      - {name: high-lr, take: {optim.decoder.lr: [4, 11]}, set: {seeds: [0]}}
+  regions:                       # the paper's layout: which majority phase each region of cells should have
+    - {phase: memorization, optim.decoder.lr: [3.0e-3, null], optim.decoder.weight_decay: [null, 2]}
+```
+
+A piece's `set` is a preset of dotted overrides applied after the scale's; `take: {axis: [start, stop]}` keeps
+that slice of the axis's values (Python slice indices), so a piece covers rows of the grid with exactly the values
+the whole spec would use. A region's bounds are inclusive; null leaves a side open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import SpecError
+
+VIEWS = ("diagram", "fraction")
+BLOCK_KEYS = ("axes", "view", "pieces", "regions")
+PIECE_KEYS = ("name", "take", "set")
+
+
+@dataclass
+class Piece:
+    name: str
+    take: dict[str, tuple[int, int]] = field(default_factory=dict)
+    set: dict = field(default_factory=dict)
+
+
+@dataclass
+class Region:
+    phase: str
+    bounds: dict[str, tuple[float | None, float | None]]
+
+    def contains(self, cell: dict) -> bool:
+        for axis, (lo, hi) in self.bounds.items():
+            v = float(cell[axis])
+            if (lo is not None and v < lo * (1 - 1e-9)) or (hi is not None and v > hi * (1 + 1e-9)):
+                return False
+        return True
+
+
+@dataclass
+class AtlasConfig:
+    axes: tuple[str, str] | None = None
+    view: str = "diagram"
+    pieces: dict[str, list[Piece]] = field(default_factory=dict)  # scale -> pieces (absent: one whole run)
+    regions: list[Region] = field(default_factory=list)
+
+    def pieces_for(self, scale: str) -> list[Piece]:
+        return self.pieces.get(scale) or [Piece("all")]
+
+
+def _bound(value, where: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise SpecError(where, f"expected a number or null, got {value!r}") from None
+
+
+def _pair(value, where: str) -> list:
+    if not isinstance(value, list) or len(value) != 2:
+        raise SpecError(where, f"expected [low, high], got {value!r}")
+    return value
+
+
+def _piece(raw, where: str) -> Piece:
+    if not isinstance(raw, dict):
+        raise SpecError(where, f"expected a mapping with {', '.join(PIECE_KEYS)}, got {raw!r}")
+    for key in raw:
+        if key not in PIECE_KEYS:
+            from ..config import unknown_key_error
+
+            raise unknown_key_error(where, key, PIECE_KEYS)
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{where}.name", f"expected a non-empty string, got {name!r}")
+    take = {}
+    for axis, span in (raw.get("take") or {}).items():
+        start, stop = _pair(span, f"{where}.take.{axis}")
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in (start, stop)) or not 0 <= start < stop:
+            raise SpecError(f"{where}.take.{axis}", f"expected slice indices [start, stop] with 0 <= start < stop, "
+                            f"got {span!r}")
+        take[axis] = (start, stop)
+    preset = raw.get("set") or {}
+    if not isinstance(preset, dict):
+        raise SpecError(f"{where}.set", f"expected a mapping of dotted overrides, got {preset!r}")
+    return Piece(name, take, preset)
+
+
+def parse_atlas(raw, scales=("smoke", "reduced", "paper")) -> AtlasConfig:
+    """The atlas: block of a spec (None: defaults). Axis names are checked against the spec by `atlas.plan`."""
+    if raw is None:
+        return AtlasConfig()
+    if not isinstance(raw, dict):
+        raise SpecError("atlas", f"expected a mapping of {', '.join(BLOCK_KEYS)}, got {raw!r}")
+    for key in raw:
+        if key not in BLOCK_KEYS:
+            from ..config import unknown_key_error
+
+            raise unknown_key_error("atlas", key, BLOCK_KEYS)
+    axes = raw.get("axes")
+    if axes is not None and (not isinstance(axes, list) or len(axes) != 2 or not all(isinstance(a, str) for a in axes)
+                             or axes[0] == axes[1]):
+        raise SpecError("atlas.axes", f"expected two different dotted fields [x, y], got {axes!r}")
+    view = raw.get("view", "diagram")
+    if view not in VIEWS:
+        raise SpecError("atlas.view", f"got {view!r}; allowed: {', '.join(VIEWS)}")
+    pieces = {}
+    for scale, items in (raw.get("pieces") or {}).items():
+        if scale not in scales:
+            raise SpecError(f"atlas.pieces.{scale}", f"unknown scale; allowed: {', '.join(scales)}")
+        if not isinstance(items, list) or not items:
+            raise SpecError(f"atlas.pieces.{scale}", f"expected a non-empty list of pieces, got {items!r}")
+        pieces[scale] = [_piece(p, f"atlas.pieces.{scale}[{i}]") for i, p in enumerate(items)]
+        names = [p.name for p in pieces[scale]]
+        if len(set(names)) != len(names):
+            raise SpecError(f"atlas.pieces.{scale}", f"piece names must differ, got {names}")
+    regions = []
+    for i, item in enumerate(raw.get("regions") or []):
+        where = f"atlas.regions[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("phase"), str):
+            raise SpecError(where, f"expected {{phase: NAME, <axis>: [low, high], ...}}, got {item!r}")
+        from ..phases import PHASES
+
+        if item["phase"] not in PHASES:
+            raise SpecError(f"{where}.phase", f"got {item['phase']!r}; allowed: {', '.join(PHASES)}")
+        bounds = {}
+        for axis, span in item.items():
+            if axis != "phase":
+                lo, hi = _pair(span, f"{where}.{axis}")
+                bounds[axis] = (_bound(lo, f"{where}.{axis}[0]"), _bound(hi, f"{where}.{axis}[1]"))
+        regions.append(Region(item["phase"], bounds))
+    return AtlasConfig(tuple(axes) if axes else None, view, pieces, regions)

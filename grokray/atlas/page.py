@@ -1,0 +1,301 @@
+"""One markdown page per atlas figure: what ran, how long it took against the estimate, the diagram, the counts,
+where seeds disagree, and the paper's expectation beside what was measured.
+
+The measured part is generated from MLflow; the discussion ("why it differs") is a person's reading and lives in
+`<out>/notes/<figure>.md`, included verbatim when present. A JSON summary beside each page feeds the index.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .plan import Figure
+from .runner import PieceRecord
+
+INDEX = "README.md"
+
+
+@dataclass
+class PieceTiming:
+    name: str
+    configurations: int
+    packs: int
+    estimate_s: float
+    upper_s: float
+    measured_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_s / self.estimate_s if self.estimate_s > 0 else float("nan")
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        if pd.isna(v):
+            return "-"
+        return f"{v:.3g}"
+    return str(v)
+
+
+def load_figure_runs(records: list[PieceRecord], tracking_uri: str) -> pd.DataFrame:
+    """The child runs of every piece as one frame (the pieces' swept and log axes merged)."""
+    from analysis.load import load_runs
+
+    frames, swept, logs = [], [], set()
+    for r in records:
+        if not r.parent_run_id:
+            continue
+        df = load_runs(parent_run_id=r.parent_run_id, tracking_uri=tracking_uri)
+        df["piece"] = r.name
+        frames.append(df)
+        swept += [a for a in df.attrs.get("swept", []) if a not in swept]
+        logs |= set(df.attrs.get("log_axes", []))
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs.update(swept=swept, log_axes=sorted(logs), params=frames[0].attrs.get("params", []))
+    return out
+
+
+def disagreements(grid) -> pd.DataFrame:
+    """Cells whose seeds do not all share the majority phase, with the count of each phase there."""
+    cells = grid.cells[(grid.cells["n"] > 1) & (grid.cells["agreement"] < 1.0)]
+    rows = []
+    for _, c in cells.iterrows():
+        mix = ", ".join(f"{p} {int(c[f'count_{p}'])}" for p in grid.phases if c.get(f"count_{p}", 0))
+        rows.append({grid.x: c[grid.x], grid.y: c[grid.y], "majority": c["phase"], "seeds": mix})
+    return pd.DataFrame(rows, columns=[grid.x, grid.y, "majority", "seeds"])
+
+
+def region_check(grid, regions) -> pd.DataFrame:
+    """Per expected region: its cells, how many have the expected majority phase, and what the others have."""
+    rows = []
+    for region in regions:
+        inside = [c for _, c in grid.cells.iterrows() if region.contains({grid.x: c[grid.x], grid.y: c[grid.y],
+                                                                         **c.to_dict()})]
+        matched = sum(1 for c in inside if c["phase"] == region.phase)
+        others = pd.Series([c["phase"] for c in inside if c["phase"] != region.phase]).value_counts()
+        bounds = "; ".join(f"{a.split('.')[-1]} {_span(lo, hi)}" for a, (lo, hi) in region.bounds.items())
+        rows.append({"expected": region.phase, "region": bounds, "cells": len(inside), "matching": matched,
+                     "share": matched / len(inside) if inside else float("nan"),
+                     "others": ", ".join(f"{p} {n}" for p, n in others.items()) or "-"})
+    return pd.DataFrame(rows)
+
+
+def _span(lo, hi) -> str:
+    if lo is None:
+        return f"<= {hi:g}"
+    if hi is None:
+        return f">= {lo:g}"
+    return f"{lo:g}..{hi:g}"
+
+
+def _timings_table(figure: Figure, records: list[PieceRecord], timings: list[PieceTiming]) -> str:
+    rows = []
+    for rec, t in zip(records, timings, strict=True):
+        when = "; ".join(f"{_utc(s)} ({_minutes(w)})" for s, w in rec.segments) or "-"
+        rows.append({"piece": t.name, "configurations": t.configurations, "packs": t.packs,
+                     "estimate": _minutes(t.estimate_s), "upper bound": _minutes(t.upper_s),
+                     "measured": _minutes(t.measured_s), "measured / estimate": f"{t.ratio:.2f}",
+                     "ran (UTC, wall)": when})
+    return _md_table(pd.DataFrame(rows))
+
+
+def _commands(figure: Figure) -> list[str]:
+    spec = figure.path.as_posix()
+    out = [f"grokray atlas --scale {figure.scale} {spec}"]
+    if len(figure.pieces) > 1 or figure.pieces[0].overrides:
+        verb = "search" if figure.pieces[0].search else "run"
+        scale = "" if figure.scale == "paper" else f" --scale {figure.scale}"
+        for p in figure.pieces:
+            sets = " ".join(f"-s '{o}'" for o in p.overrides)
+            out.append(f"# piece {p.name}: grokray {verb} {spec}{scale} {sets}".rstrip())
+    return out
+
+
+def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[list[str], dict]:
+    from analysis import plots
+    from analysis.diagram import phase_grid
+    from analysis.report import default_axes
+
+    x, y = figure.config.axes or default_axes(df)
+    grid = phase_grid(df, x, y)
+    png = img_dir / f"{figure.stem}.png"
+    fig = plots.plot_phase_diagram(grid, title=f"{figure.path.stem} ({figure.scale}): phase diagram")
+    fig.savefig(png, dpi=110)
+    lines = [f"![phase diagram](img/{png.name})", "", "Majority phase per cell (rows: "
+             f"`{y}`, columns: `{x}`; faded cells in the figure are where seeds disagree):", ""]
+    from analysis.diagram import pivot
+
+    for fv in grid.facet_values:
+        table = pivot(grid, "phase", fv).fillna("-")
+        if grid.facets:
+            lines += [f"Panel {', '.join(f'{k}={v}' for k, v in zip(grid.facets, fv, strict=True))}:", ""]
+        table.index = [_cell(v) for v in table.index]
+        table.columns = [_cell(v) for v in table.columns]
+        lines += [_md_table(table.reset_index(names=f"{y.split('.')[-1]} \\ {x.split('.')[-1]}")), ""]
+    multi = grid.cells[grid.cells["n"] > 1]
+    dis = disagreements(grid)
+    summary = {"cells": int(len(grid.cells)), "cells_with_seeds": int(len(multi)), "disagreeing_cells": int(len(dis))}
+    lines += ["## Seed agreement", ""]
+    if len(multi):
+        lines += [f"{len(multi)} cells have more than one seed; in {len(multi) - len(dis)} all seeds share the "
+                  f"majority phase (mean agreement {multi['agreement'].mean():.2f}). Cells where seeds disagree:", ""]
+        lines += [_md_table(dis) if len(dis) else "(none)", ""]
+    else:
+        lines += ["One seed per cell: every cell is a single sample.", ""]
+    if figure.config.regions:
+        check = region_check(grid, figure.config.regions)
+        matched, total = int(check["matching"].sum()), int(check["cells"].sum())
+        summary["regions"] = {r["expected"]: [int(r["matching"]), int(r["cells"])] for _, r in check.iterrows()}
+        lines += ["## The paper's layout, cell by cell", "",
+                  f"{matched} of {total} cells in the expected regions have the expected majority phase:", "",
+                  _md_table(check), ""]
+    return lines, summary
+
+
+def _fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[list[str], dict]:
+    from analysis import plots
+    from analysis.diagram import generalization_vs_fraction
+    from analysis.effective_theory import p_unique_curve
+
+    curve = generalization_vs_fraction(df)
+    table = curve.table
+    p = int(pd.to_numeric(df["task.p"]).iloc[0])
+    theory = p_unique_curve(p, sorted(table[curve.fraction]), n_samples=2000, seed=0)
+    png = img_dir / f"{figure.stem}.png"
+    fig = plots.plot_grokking_time(curve, theory=theory, title=f"{figure.path.stem} ({figure.scale}): "
+                                   "generalization against data fraction")
+    fig.savefig(png, dpi=110)
+    merged = table.merge(theory[["fraction", "p_unique"]], left_on=curve.fraction, right_on="fraction", how="left")
+    shown = merged[[curve.fraction, "n", "n_generalized", "rate", "p_unique", "median_steps"]]
+    crit = curve.critical_fraction
+    lines = [f"![generalization against fraction](img/{png.name})", "",
+             "Measured generalization rate (comprehension or grokking within the budget) against the effective "
+             "theory's probability that the training set pins down a unique linear representation "
+             "(`analysis.effective_theory.p_unique_curve`, 2000 sampled training sets per fraction):", "",
+             _md_table(shown), "",
+             f"Critical fraction (rate crosses {curve.level:g}): "
+             f"{'not reached' if pd.isna(crit) else f'{crit:.2f}'}.", ""]
+    summary = {"fractions": {f"{r[curve.fraction]:.3g}": [int(r['n_generalized']), int(r['n']),
+                                                          round(float(r['p_unique']), 3)]
+                             for _, r in merged.iterrows()}}
+    return lines, summary
+
+
+def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame, img_dir: Path,
+                    tracking_uri: str) -> tuple[list[str], dict]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    run_id = records[0].parent_run_id
+    lines, summary = [], {}
+    with tempfile.TemporaryDirectory() as d:
+        local = Path(client.download_artifacts(run_id, "search", d))
+        best = json.loads((local / "best.json").read_text()) if (local / "best.json").exists() else []
+        for png in sorted(local.glob("*.png")):
+            target = img_dir / f"{figure.stem}-{png.stem}.png"
+            shutil.copyfile(png, target)
+            lines += [f"![{png.stem}](img/{target.name})", ""]
+    run = client.get_run(run_id)
+    objective = run.data.tags.get("grokray.search.objective", "")
+    lines += [f"Objective: `{objective}` (minimised). Trials: {len(df)}.", ""]
+    if best:
+        rows = [{"trial": b["number"], "values": ", ".join(f"{v:g}" for v in b["values"]), "phase": b["phase"],
+                 **{k.split(".")[-1] if k.count(".") < 2 else k: v for k, v in b["params"].items()}} for b in best]
+        lines += ["Best trial(s):", "", _md_table(pd.DataFrame(rows)), ""]
+        summary["best"] = [{"number": b["number"], "values": b["values"], "phase": b["phase"]} for b in best]
+    return lines, summary
+
+
+def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTiming], out_dir: str | Path,
+               tracking_uri: str, notes_dir: str | Path | None = None) -> Path:
+    """Write <out>/<spec>-<scale>.md (+ img/<...>.png and <...>.json); returns the page's path."""
+    from analysis.diagram import phase_counts
+
+    out = Path(out_dir)
+    img_dir = out / "img"
+    img_dir.mkdir(parents=True, exist_ok=True)
+    df = load_figure_runs(records, tracking_uri)
+    if df.empty or df["phase"].notna().sum() == 0:
+        raise ValueError(f"{figure.stem}: no finished configurations in MLflow; run the atlas first")
+    estimate = sum(t.estimate_s for t in timings)
+    measured = sum(t.measured_s for t in timings)
+    counts = phase_counts(df)
+    lines = [f"# {figure.title}", "",
+             f"Spec `{figure.path.as_posix()}`, scale **{figure.scale}**; MLflow experiment `{figure.name}`.", "",
+             "```bash", *_commands(figure), "```", "",
+             "## What the paper shows", "", f"> {figure.expected or '(the spec header states no expectation)'}", "",
+             "## Runs and wall time", "",
+             f"{len(df)} configurations in {len(records)} piece(s); wall time **{_minutes(measured)} measured** "
+             f"against **{_minutes(estimate)} estimated** by the dry-run (measured / estimate = "
+             f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
+             f"{', '.join(sorted({r.code_version for r in records if r.code_version})) or '-'}.", "",
+             _timings_table(figure, records, timings), "",
+             "## Phase counts", "", _md_table(counts[counts > 0].rename_axis("phase").reset_index()), ""]
+    if figure.pieces[0].search:
+        body, summary = _search_section(figure, records, df, img_dir, tracking_uri)
+        lines[lines.index("## Phase counts")] = "## Phase counts (all trials)"
+        lines += ["## Search", "", *body]
+    elif figure.config.view == "fraction":
+        body, summary = _fraction_section(figure, df, img_dir)
+        lines += ["## Generalization against data fraction", "", *body]
+    else:
+        body, summary = _diagram_section(figure, df, img_dir)
+        lines += ["## Phase diagram", "", *body]
+    notes = Path(notes_dir) if notes_dir else out / "notes"
+    note = notes / f"{figure.stem}.md"
+    lines += ["## Against the paper", ""]
+    lines += [note.read_text().strip(), ""] if note.exists() else \
+        [f"(no discussion yet: write `{note.as_posix()}`)", ""]
+    page = out / f"{figure.stem}.md"
+    page.write_text("\n".join(lines).rstrip() + "\n")
+    (out / f"{figure.stem}.json").write_text(json.dumps({
+        "figure": figure.stem, "spec": figure.path.as_posix(), "scale": figure.scale, "title": figure.title,
+        "configurations": int(len(df)), "estimate_s": round(estimate, 1), "measured_s": round(measured, 1),
+        "counts": {p: int(n) for p, n in counts.items() if n}, **summary}, indent=1) + "\n")
+    return page
+
+
+def write_index(out_dir: str | Path) -> Path:
+    """<out>/README.md: one row per page found (from the JSON summaries)."""
+    out = Path(out_dir)
+    rows = []
+    for f in sorted(out.glob("*.json")):
+        s = json.loads(f.read_text())
+        ratio = s["measured_s"] / s["estimate_s"] if s["estimate_s"] else float("nan")
+        counts = ", ".join(f"{p} {n}" for p, n in s["counts"].items())
+        rows.append({"figure": f"[{s['figure']}]({s['figure']}.md)", "scale": s["scale"],
+                     "configurations": s["configurations"], "measured": _minutes(s["measured_s"]),
+                     "estimate": _minutes(s["estimate_s"]), "measured / estimate": f"{ratio:.2f}", "phases": counts})
+    text = ["# Atlas", "",
+            "Every seed figure of the sweep library, regenerated by `grokray atlas` (`make atlas`) on real Ray and "
+            "MLflow and compared with its paper. One page per figure and scale; `paper` is the spec as written "
+            "(split into resumable pieces where it says so), `reduced` its reduced: preset, `smoke` the CI preset.",
+            "", _md_table(pd.DataFrame(rows)) if rows else "(no pages yet)", ""]
+    index = out / INDEX
+    index.write_text("\n".join(text))
+    return index

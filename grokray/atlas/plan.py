@@ -1,0 +1,118 @@
+"""Spec file + scale -> the pieces to run, each a fully built Spec, and what the page quotes from the header.
+
+Pure: builds and validates specs, starts nothing. Every piece of every requested figure is built before the
+first one runs, so a typo in any spec or atlas block costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SpecError
+from ..spec import SCALES, Spec, build_spec, read_yaml
+from .config import AtlasConfig, Piece, parse_atlas
+
+
+@dataclass
+class PieceRun:
+    name: str
+    spec: Spec
+    overrides: list[str]  # the same piece as `grokray run SPEC --scale S -s ...` arguments
+    search: bool  # a `search:` spec runs through `grokray search`
+
+
+@dataclass
+class Figure:
+    path: Path
+    scale: str
+    config: AtlasConfig
+    pieces: list[PieceRun]
+    title: str  # the header's first line
+    expected: str  # the header's "Expected..." paragraph
+
+    @property
+    def stem(self) -> str:
+        return f"{self.path.stem}-{self.scale}"
+
+    @property
+    def name(self) -> str:
+        return self.pieces[0].spec.name
+
+
+def header_lines(path: Path) -> list[str]:
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    return lines
+
+
+def expected_text(lines: list[str]) -> str:
+    """The header's paragraph that starts with 'Expected', up to the next 'Key:'-style paragraph."""
+    out: list[str] = []
+    for line in lines:
+        if out and re.match(r"^(Full scale|Measured|Source|Axes|Start|Searched|Cross-entropy|Offline)\b", line):
+            break
+        if out or line.startswith("Expected"):
+            out.append(line)
+    return " ".join(out)
+
+
+def _value_text(v) -> str:
+    return json.dumps(v) if isinstance(v, list | dict) else str(v)
+
+
+def _piece_spec(raw: dict, path: Path, scale: str, piece: Piece) -> PieceRun:
+    scale_arg = None if scale == "paper" else scale
+    where = f"atlas.pieces.{scale}.{piece.name}"
+    presets = ((f"{where}.set", piece.set),) if piece.set else ()
+    spec = build_spec(raw, (), scale_arg, default_name=path.stem, presets=presets)
+    overrides = [f"{k}={_value_text(v)}" for k, v in piece.set.items()]
+    if piece.take:
+        sliced = {}
+        for axis, (start, stop) in piece.take.items():
+            if axis not in spec.axes:
+                raise SpecError(f"{where}.take.{axis}", f"not a swept axis; swept: {', '.join(spec.axes)}")
+            values = spec.axes[axis]
+            if stop > len(values):
+                raise SpecError(f"{where}.take.{axis}", f"[{start}, {stop}] runs past the axis's {len(values)} values")
+            sliced[f"sweep.{axis}"] = {"values": values[start:stop]}
+        log_axes = spec.log_axes & set(piece.take)
+        spec = build_spec(raw, (), scale_arg, default_name=path.stem, presets=(*presets, (f"{where}.take", sliced)))
+        spec.log_axes |= log_axes  # a slice of a logspace axis is still drawn on a log scale
+        overrides += [f"sweep.{a}.values={_value_text(v['values'])}" for a, v in
+                      ((k[len("sweep."):], v) for k, v in sliced.items())]
+    return PieceRun(piece.name, spec, overrides, search="search" in spec.raw and not spec.axes)
+
+
+def plan_figure(path: str | Path, scale: str) -> Figure:
+    """Build every piece of one spec at one scale (SpecError on any mistake)."""
+    path = Path(path)
+    if scale not in SCALES:
+        raise SpecError("--scale", f"got {scale!r}; allowed: {', '.join(SCALES)}")
+    raw = read_yaml(path)
+    config = parse_atlas(raw.get("atlas"))
+    pieces = [_piece_spec(raw, path, scale, p) for p in config.pieces_for(scale)]
+    names = {p.spec.name for p in pieces}
+    if len(names) != 1:
+        raise SpecError("atlas.pieces", f"pieces must share the spec's name (one MLflow experiment), got {names}")
+    if config.axes:
+        for axis in config.axes:
+            if not any(axis in p.spec.axes or axis == "seed" for p in pieces):
+                raise SpecError("atlas.axes", f"{axis!r} is not swept at scale {scale}; swept: "
+                                f"{', '.join(pieces[0].spec.axes)}")
+    for region in config.regions:
+        for axis in region.bounds:
+            if config.axes and axis not in config.axes:
+                raise SpecError("atlas.regions", f"{axis!r} is not one of atlas.axes {list(config.axes)}")
+    lines = header_lines(path)
+    return Figure(path, scale, config, pieces, lines[0] if lines else path.stem, expected_text(lines))
+
+
+def plan_atlas(paths: list[str | Path], scale: str) -> list[Figure]:
+    """Every figure, built and validated before anything runs."""
+    return [plan_figure(p, scale) for p in paths]

@@ -1,0 +1,153 @@
+"""Run an atlas figure's pieces through `grokray run` / `grokray search`, skipping what MLflow already holds.
+
+A piece is found again by its spec hash (what it trains, after scale and piece overrides) in the spec's MLflow
+experiment: a finished, complete parent run is skipped, an interrupted one is resumed (Tuner.restore; the
+search's study), anything else starts afresh. Each `grokray run` segment logs its wall seconds on the parent
+(metric `atlas/wall_s`, timestamped at the segment's start), so a piece resumed after a kill still reports the
+compute it took, and the page can say which pieces ran when.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..tracking.mlflow_runs import ROLE_TAG
+from .plan import Figure, PieceRun
+
+SCALE_TAG = "grokray.atlas.scale"
+PIECE_TAG = "grokray.atlas.piece"
+WALL_METRIC = "atlas/wall_s"
+ESTIMATE_METRIC = "atlas/estimate_s"  # the dry-run estimate, made just before the piece first ran
+UPPER_METRIC = "atlas/estimate_upper_s"
+
+
+@dataclass
+class PieceRecord:
+    name: str
+    parent_run_id: str
+    action: str  # ran, resumed or skipped (already complete)
+    segments: list[tuple[float, float]] = field(default_factory=list)  # (start unix s, wall s) of each run
+    code_version: str = ""
+    estimate: tuple[float, float] | None = None  # (expected, upper bound) seconds, as estimated before it ran
+    configurations: int = 0
+    packs: int = 0
+
+    @property
+    def wall_s(self) -> float:
+        return sum(w for _, w in self.segments)
+
+
+def find_parent(client, experiment_name: str, spec_hash: str):
+    """The latest parent run of this exact configuration set, or None."""
+    exp = client.get_experiment_by_name(experiment_name)
+    if exp is None:
+        return None
+    query = f"tags.`{ROLE_TAG}` = 'parent' and tags.`grokray.spec_hash` = '{spec_hash}'"
+    runs = client.search_runs([exp.experiment_id], filter_string=query, order_by=["attributes.start_time DESC"],
+                              max_results=1)
+    return runs[0] if runs else None
+
+
+def is_complete(run) -> bool:
+    """Finished, and (for a sweep) every configuration has a phase."""
+    if run is None or run.info.status != "FINISHED":
+        return False
+    tags = run.data.tags
+    if tags.get("grokray.kind") == "search":
+        return True
+    counted = sum(int(v) for k, v in tags.items() if k.startswith("grokray.phase_count."))
+    return counted == int(tags.get("grokray.configurations", -1))
+
+
+def estimate_piece(piece: PieceRun):
+    """The dry-run estimate of one piece (a search: n_trials one-configuration trials, max_concurrent at once)."""
+    from ..sweep.estimate import estimate_plan
+    from ..sweep.expand import Member, Pack, Plan, expand
+
+    if piece.search:
+        from ..search.config import parse_search, start_point, start_trial
+
+        cfg = parse_search(piece.spec)
+        member = Member(start_trial(piece.spec), start_point(piece.spec))
+        plan = Plan(piece.spec, [Pack(f"trial-{i:04d}", [member]) for i in range(cfg.n_trials)])
+        return estimate_plan(plan, slots=cfg.max_concurrent)
+    return estimate_plan(expand(piece.spec))
+
+
+def segments(client, run_id: str) -> list[tuple[float, float]]:
+    history = client.get_metric_history(run_id, WALL_METRIC)
+    return sorted((m.timestamp / 1000.0, m.value) for m in history)
+
+
+def _run_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, resume: bool, progress) -> str:
+    """Resume when MLflow holds an unfinished parent; if nothing is left to restore (killed before Tune saved
+    its state, or the results directory is gone), start it afresh."""
+    from ..errors import SpecError
+
+    try:
+        return _start_piece(piece, scale, tracking_uri, storage, resume, progress)
+    except SpecError as exc:
+        if exc.field != "--resume":
+            raise
+        return _start_piece(piece, scale, tracking_uri, storage, not resume, progress)
+
+
+def _start_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, resume: bool, progress) -> str:
+    tags = {SCALE_TAG: scale, PIECE_TAG: piece.name}
+    if piece.search:
+        from ..search.runner import SearchOptions, run_search
+
+        return run_search(piece.spec, SearchOptions(resume=resume, tracking_uri=tracking_uri, storage=storage,
+                                                    parent_tags=tags)).parent_run_id
+    from ..sweep.runner import SweepOptions, run_sweep
+
+    summary = run_sweep(piece.spec, SweepOptions(resume=resume, tracking_uri=tracking_uri, storage=storage,
+                                                 progress=progress, parent_tags=tags))
+    if summary.errored_trials:
+        raise RuntimeError(f"{piece.spec.name} piece {piece.name}: {summary.errored_trials} packs failed after "
+                           f"retries; run the atlas again to resume it")
+    return summary.parent_run_id
+
+
+def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = True,
+               progress: bool | None = None, log=print) -> list[PieceRecord]:
+    """Run (or skip, or resume) every piece of one figure; returns what each piece did and its wall time.
+    run=False only looks up what is stored (a piece never run gives action 'missing')."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    results_dir = f"{storage.rstrip('/')}/atlas-{figure.scale}"  # one search journal per scale
+    records = []
+    for piece in figure.pieces:
+        parent = find_parent(client, piece.spec.name, piece.spec.hash())
+        if is_complete(parent) or not run:
+            action = "skipped" if parent is not None else "missing"
+            log(f"[atlas] {figure.stem} {piece.name}: {'complete in MLflow' if parent else 'not run'}")
+        else:
+            action = "resumed" if parent is not None else "ran"
+            stored = parent.data.metrics if parent is not None else {}
+            if ESTIMATE_METRIC in stored:
+                est = (stored[ESTIMATE_METRIC], stored[UPPER_METRIC])
+            else:
+                e = estimate_piece(piece)
+                est = (e.seconds, e.upper_seconds)
+            log(f"[atlas] {figure.stem} {piece.name}: {'resuming' if parent is not None else 'running'} "
+                f"{len(piece.spec.points())} configurations (estimate {est[0] / 60:.1f} min)")
+            start = time.time()
+            run_id = _run_piece(piece, figure.scale, tracking_uri, results_dir, parent is not None, progress)
+            client.log_metric(run_id, WALL_METRIC, time.time() - start, timestamp=int(start * 1000),
+                              step=len(segments(client, run_id)))
+            client.log_metric(run_id, ESTIMATE_METRIC, est[0])
+            client.log_metric(run_id, UPPER_METRIC, est[1])
+            parent = client.get_run(run_id)
+        if parent is None:
+            records.append(PieceRecord(piece.name, "", action))
+            continue
+        m, tags = parent.data.metrics, parent.data.tags
+        est = (m[ESTIMATE_METRIC], m[UPPER_METRIC]) if ESTIMATE_METRIC in m else None
+        records.append(PieceRecord(piece.name, parent.info.run_id, action, segments(client, parent.info.run_id),
+                                   tags.get("grokray.code_version", ""), est,
+                                   int(tags.get("grokray.configurations", len(piece.spec.points()))),
+                                   int(tags.get("grokray.packs", 0))))
+    return records

@@ -1,0 +1,168 @@
+"""`grokray atlas`: the atlas block and its pieces (pure), and end to end on a real local Ray and a real MLflow
+store: the page's counts and estimate-vs-measured line, skipping what is complete, resuming what is not."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from grokray.atlas.plan import plan_figure
+from grokray.errors import SpecError
+from grokray.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+FIG6B = ROOT / "sweeps" / "liu_fig6b_toy_regression.yaml"
+
+# A two-piece figure small enough for the default suite: the quickstart plane at 150 steps, the low-lr column
+# with two seeds and the high-lr column with one, Liu's memorization corner as the region to check.
+SMALL = {
+    "name": "atlas-test",
+    "task": {"name": "addition", "p": 10, "train_size": 45},
+    "model": {"name": "toy", "embed_dim": 1, "hidden": [32, 32], "activation": "tanh", "head": "regression"},
+    "optim": {"embedding": {"name": "adam", "lr": 1e-3}, "decoder": {"name": "adamw", "lr": 1e-3}},
+    "train": {"steps": 150},
+    "phases": {"threshold": 0.9, "budget": 150, "gap": 50},
+    "seeds": [0],
+    "sweep": {"optim.decoder.lr": {"logspace": [-3, -1, 3]}, "optim.decoder.weight_decay": {"values": [0, 1]}},
+    "resources": {"cpu": 1, "pack_size": 2},
+    "smoke": {"train.steps": 50},
+    "reduced": {"train.steps": 150},
+    "atlas": {
+        "axes": ["optim.decoder.lr", "optim.decoder.weight_decay"],
+        "pieces": {"reduced": [{"name": "low", "take": {"optim.decoder.lr": [0, 1]}, "set": {"seeds": [0, 1]}},
+                               {"name": "high", "take": {"optim.decoder.lr": [1, 3]}}]},
+        "regions": [{"phase": "memorization", "optim.decoder.lr": [0.05, None],
+                     "optim.decoder.weight_decay": [None, 0]}],
+    },
+}
+
+
+def _write(tmp_path, raw, name="small.yaml"):
+    path = tmp_path / name
+    path.write_text("# Small atlas test figure.\n# Expected: something at every cell.\n" + yaml.safe_dump(raw))
+    return path
+
+
+# -- the atlas block and its pieces (pure) ------------------------------------------------------------------
+def test_paper_pieces_cover_the_whole_grid_with_the_specs_own_values():
+    fig = plan_figure(FIG6B, "paper")
+    full = load_spec(FIG6B)
+    lrs = full.axes["optim.decoder.lr"]
+    got = {}
+    for piece in fig.pieces:
+        assert "optim.decoder.lr" in piece.spec.log_axes  # a slice of a logspace is still drawn on a log scale
+        assert piece.spec.name == full.name
+        for point in piece.spec.points():
+            got.setdefault((point["optim.decoder.lr"], point["optim.decoder.weight_decay"]), []).append(point["seed"])
+    assert set(got) == {(lr, wd) for lr in lrs for wd in full.axes["optim.decoder.weight_decay"]}  # 121 cells
+    assert all(got[(lr, wd)] == ([0, 1, 2] if lr in lrs[:4] else [0]) for lr, wd in got)
+    assert sum(len(s) for s in got.values()) == 4 * 11 * 3 + 7 * 11
+    # the presets and the atlas block say how to run, not what runs: the hash ignores them
+    assert load_spec(FIG6B, ["smoke.train.steps=7", "atlas.view=fraction"]).hash() == full.hash()
+    assert load_spec(FIG6B, ["train.steps=7"]).hash() != full.hash()
+
+
+@pytest.mark.parametrize("atlas, field", [
+    ({"view": "pie"}, "atlas.view"),
+    ({"axes": ["optim.decoder.lr"]}, "atlas.axes"),
+    ({"colour": "red"}, "atlas.colour"),
+    ({"pieces": {"huge": [{"name": "a"}]}}, "atlas.pieces.huge"),
+    ({"pieces": {"reduced": [{"name": "a", "take": {"optim.decoder.lr": [2, 1]}}]}}, "atlas.pieces.reduced[0].take"),
+    ({"pieces": {"reduced": [{"name": "a", "take": {"optim.decoder.lr": [0, 9]}}]}}, "atlas.pieces.reduced.a.take"),
+    ({"pieces": {"reduced": [{"name": "a", "take": {"model.width": [0, 1]}}]}}, "atlas.pieces.reduced.a.take"),
+    ({"pieces": {"reduced": [{"name": "a", "set": {"optim.decoder.lr": -1}}]}}, "optim.decoder.lr"),
+    ({"regions": [{"phase": "enlightenment"}]}, "atlas.regions[0].phase"),
+    ({"regions": [{"phase": "grokking", "task.p": [1, 2]}]}, "atlas.regions"),
+])
+def test_atlas_block_mistakes_are_named_before_anything_runs(tmp_path, atlas, field):
+    raw = {**SMALL, "atlas": {**SMALL["atlas"], "pieces": {}, "regions": [], **atlas}}
+    with pytest.raises(SpecError) as err:
+        plan_figure(_write(tmp_path, raw), "reduced")
+    assert field in str(err.value), str(err.value)
+
+
+def test_cli_rejects_a_bad_scale_preset_before_ray_or_mlflow(tmp_path, monkeypatch, capsys):
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    raw = {k: v for k, v in SMALL.items() if k != "reduced"}
+    code = main(["atlas", "--scale", "reduced", str(_write(tmp_path, raw)), "--tracking-uri",
+                 f"sqlite:///{tmp_path}/mlflow.db"])
+    assert code == 2 and "no reduced: preset" in capsys.readouterr().err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+# -- end to end ----------------------------------------------------------------------------------------------
+def _parents(uri, name):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(name)
+    return client.search_runs([exp.experiment_id], "tags.`grokray.role` = 'parent'")
+
+
+def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp_path):
+    from grokray.atlas.build import build_atlas
+
+    spec = _write(tmp_path, SMALL)
+    uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "atlas"
+    lines = []
+    [result] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress=False, log=lines.append)
+    assert [r.action for r in result.records] == ["ran", "ran"]
+    client = MlflowClient(uri)
+
+    # the page's counts are MLflow's: one child per configuration of every piece, phases as tagged
+    children = [c for r in result.records for c in client.search_runs(
+        [client.get_run(r.parent_run_id).info.experiment_id], f"tags.mlflow.parentRunId = '{r.parent_run_id}'")]
+    assert len(children) == 2 * 2 + 2 * 2  # low: 1 lr x 2 wd x 2 seeds; high: 2 lrs x 2 wd x 1 seed
+    counts = {}
+    for c in children:
+        counts[c.data.tags["grokray.phase"]] = counts.get(c.data.tags["grokray.phase"], 0) + 1
+    page = (out / "small-reduced.md").read_text()
+    table = dict(re.findall(r"^\| (\w+) \| (\d+) \|$", page.split("## Phase counts")[1], re.M))
+    assert {p: int(n) for p, n in table.items()} == counts
+    summary = json.loads((out / "small-reduced.json").read_text())
+    assert summary["counts"] == counts and summary["configurations"] == 8
+    assert (out / "img" / "small-reduced.png").stat().st_size > 1000
+    assert "> Expected: something at every cell." in page
+
+    # estimate against measured: the page shows what the parents hold, per piece and in total
+    walls, ests = [], []
+    for r in result.records:
+        m = client.get_run(r.parent_run_id).data.metrics
+        walls.append(m["atlas/wall_s"])
+        ests.append(m["atlas/estimate_s"])
+        assert 0 < m["atlas/estimate_s"] <= m["atlas/estimate_upper_s"]
+    assert result.measured_s == pytest.approx(sum(walls)) and result.estimate_s == pytest.approx(sum(ests))
+
+    def minutes(s):
+        return f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
+
+    assert (f"wall time **{minutes(sum(walls))} measured** against **{minutes(sum(ests))} estimated**"
+            f" by the dry-run (measured / estimate = {sum(walls) / sum(ests):.2f})") in page
+    for name, w, e in zip(("low", "high"), walls, ests, strict=True):
+        assert re.search(rf"^\| {name} \| \d+ \| \d+ \| {re.escape(minutes(e))} \| .* \| {re.escape(minutes(w))} \| "
+                         rf"{w / e:.2f} \|", page, re.M), page
+    assert "## The paper's layout, cell by cell" in page and "| memorization |" in page
+    assert summary["regions"]["memorization"][1] == 1  # the one cell with lr >= 0.05 and no decay
+    assert "2 cells have more than one seed" in page  # the low piece's two seeds
+    assert (out / "README.md").read_text().count("small-reduced") >= 2
+
+    # again: both pieces are complete in MLflow, nothing is run, the page is the same
+    n_parents = len(_parents(uri, "atlas-test"))
+    [again] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress=False, log=lines.append)
+    assert [r.action for r in again.records] == ["skipped", "skipped"]
+    assert len(_parents(uri, "atlas-test")) == n_parents
+    assert (out / "small-reduced.md").read_text() == page
+
+    # a piece left unfinished (as a killed driver leaves it) is resumed, not rerun: same parent, a second segment
+    low = result.records[0].parent_run_id
+    client.set_terminated(low, "KILLED")
+    [third] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress=False, log=lines.append)
+    assert [r.action for r in third.records] == ["resumed", "skipped"]
+    assert third.records[0].parent_run_id == low and len(third.records[0].segments) == 2
+    assert client.get_run(low).info.status == "FINISHED"
+    assert len(_parents(uri, "atlas-test")) == n_parents
+    assert len(client.search_runs([client.get_run(low).info.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{low}'")) == 4  # no duplicated child runs

@@ -70,6 +70,21 @@ def _numeric(col: pd.Series) -> pd.Series:
     return out.astype("int64") if integers.all() and not out.isna().any() else out
 
 
+def _default_group_axes(df: pd.DataFrame, swept) -> list[str]:
+    """A swept `optim.default.<field>` is logged as each group's own param (`optim.hidden.<field>`, ...): give it
+    its column back, from the first group that has one, so diagrams can use the axis the spec swept."""
+    added = []
+    for key in swept:
+        if key in df or not key.startswith("optim.default."):
+            continue
+        field = key[len("optim.default."):]
+        groups = [c for c in df.columns if c.startswith("optim.") and c.count(".") == 2 and c.endswith("." + field)]
+        if groups:
+            df[key] = df[groups[0]]
+            added.append(key)
+    return added
+
+
 def runs_to_frame(runs: Iterable) -> pd.DataFrame:
     """One row per run from mlflow Run objects (anything with .info.run_id/.info.run_name/.info.status/
     .info.start_time and .data.params/.tags/.metrics).
@@ -110,6 +125,7 @@ def runs_to_frame(runs: Iterable) -> pd.DataFrame:
         df = pd.DataFrame(columns=["run_id", "parent_run_id", "run_name", "phase", "step_train", "step_val", "gap"])
     for k in params:
         df[k] = _numeric(df[k])
+    params += _default_group_axes(df, swept)
     for k in ("step_train", "step_val", "gap"):
         df[k] = pd.to_numeric(df[k], errors="coerce")
     metric_cols = [c for c in df.columns if c not in params and c not in _TAG_COLUMNS.values()

@@ -295,7 +295,8 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
     top.set_ylabel("generalizing runs")
     top.set_ylim(-0.03, 1.03)
     top.legend(fontsize=8)
-    bottom.set_yscale("log")
+    if (t["median_steps"] > 0).any():  # nothing generalized (a short smoke run): no steps to put on a log axis
+        bottom.set_yscale("log")
     bottom.set_ylabel("steps to generalize (median)")
     bottom.set_xlabel(f)
     fig.suptitle(title or "grokking time against data fraction")

@@ -180,3 +180,17 @@ def test_runs_to_frame_from_mlflow_shaped_runs():
     assert df["gap"].iloc[0] == 2990 and "val/acc" not in df  # step series are not summary columns
     assert df.attrs["swept"] == [X, Y, "seed"] and df.attrs["log_axes"] == [X]
     assert phase_grid(df, X, Y).x_log  # two values only, but the grokray.log_axes tag declares it
+
+
+def test_a_swept_default_group_field_gets_its_column_back():
+    """`optim.default.weight_decay` is logged as each group's own param; the swept axis must still be a column."""
+    def run(i, wd):
+        tags = {"mlflow.parentRunId": "P", "grokray.phase": "grokking",
+                "grokray.swept": json.dumps(["optim.default.weight_decay", "seed"])}
+        params = {"optim.hidden.weight_decay": str(wd), "optim.last.weight_decay": str(wd), "seed": "0"}
+        return SimpleNamespace(info=SimpleNamespace(run_id=f"r{i}", run_name="", status="FINISHED", start_time=i),
+                               data=SimpleNamespace(params=params, tags=tags, metrics={}))
+
+    df = runs_to_frame([run(0, 0.1), run(1, 3.0)])
+    assert df["optim.default.weight_decay"].tolist() == [0.1, 3.0]
+    assert "optim.default.weight_decay" in df.attrs["params"]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from grokray.atlas.plan import plan_figure
 from grokray.phases import PHASES
 from grokray.spec import load_spec
 from grokray.sweep.expand import expand
@@ -27,22 +28,36 @@ def test_full_scale_spec_expands_with_a_documented_header(path):
     assert text.startswith("#") and "Expected" in text, "header: source, axes, expected result, cost"
     plan = expand(load_spec(path), slots=2)
     assert plan.n_configs == len(load_spec(path).points()) and plan.model_steps > 0
+    assert len(load_spec(path, scale="smoke").points()) <= 16, "smoke presets must stay CI-sized"
+    for scale in ("smoke", "reduced", "paper"):
+        plan_figure(path, scale)  # every spec has both presets, and its atlas block and pieces are valid
 
 
 @pytest.mark.library
-@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
-def test_smoke_preset_runs_on_ray_with_mlflow(path, local_ray, tmp_path):
-    from grokray.sweep.runner import SweepOptions, run_sweep
+def test_atlas_smoke_runs_every_figure_and_writes_its_page(local_ray, tmp_path):
+    """`grokray atlas --scale smoke` over the whole library, as CI runs it: one page per figure whose phase counts
+    are the children's in MLflow, a child per configuration, and an estimate beside the measured wall."""
+    import json
 
-    spec = load_spec(path, scale="smoke")
-    assert len(spec.points()) <= 16, "smoke presets must stay CI-sized"
+    from grokray.atlas.build import build_atlas
+
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    summary = run_sweep(spec, SweepOptions(tracking_uri=uri, storage=str(tmp_path / "results"), min_report_s=0.0,
-                                           progress=False))
-    assert summary.errored_trials == 0
-    children = MlflowClient(uri).search_runs(
-        [summary.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{summary.parent_run_id}'", max_results=100
-    )
-    assert len(children) == len(spec.points())
-    assert all(r.data.tags.get("grokray.phase") in PHASES for r in children)
-    assert sum(summary.phase_counts.values()) == len(spec.points())
+    results = build_atlas(SPECS, "smoke", tmp_path / "atlas", uri, str(tmp_path / "results"), progress=False)
+    assert [r.error for r in results] == [""] * len(SPECS)
+    client = MlflowClient(uri)
+    for r in results:
+        spec = r.figure.pieces[0].spec
+        children = [c for rec in r.records for c in client.search_runs(
+            [client.get_run(rec.parent_run_id).info.experiment_id], f"tags.mlflow.parentRunId = '{rec.parent_run_id}'",
+            max_results=100)]
+        expected = int(spec.raw["search"]["n_trials"]) if r.figure.pieces[0].search else len(spec.points())
+        assert len(children) == expected, r.figure.stem
+        assert all(c.data.tags.get("grokray.phase") in PHASES for c in children)
+        counts = {}
+        for c in children:
+            counts[c.data.tags["grokray.phase"]] = counts.get(c.data.tags["grokray.phase"], 0) + 1
+        summary = json.loads((tmp_path / "atlas" / f"{r.figure.stem}.json").read_text())
+        assert summary["counts"] == counts and summary["configurations"] == len(children)
+        assert r.estimate_s > 0 and r.measured_s > 0
+        assert (tmp_path / "atlas" / "img" / f"{r.figure.stem}.png").exists() or r.figure.pieces[0].search
+    assert len(list((tmp_path / "atlas").glob("*.md"))) == len(SPECS) + 1  # the pages and the index

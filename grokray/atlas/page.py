@@ -141,7 +141,9 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     from analysis.diagram import phase_grid
     from analysis.report import default_axes
 
-    x, y = figure.config.axes or default_axes(df)
+    axes = figure.config.axes
+    # a preset may hold an axis at one value (smoke): then the figure falls back to the axes that vary
+    x, y = axes if axes and all(a in df for a in axes) else default_axes(df)
     grid = phase_grid(df, x, y)
     png = img_dir / f"{figure.stem}.png"
     fig = plots.plot_phase_diagram(grid, title=f"{figure.path.stem} ({figure.scale}): phase diagram")

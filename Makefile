@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow library reliability lint bench clean
+.PHONY: demo test test-slow library reliability atlas lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -30,6 +30,11 @@ test-slow: $(STAMP)
 
 library: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m library; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+
+# Every figure of sweeps/ at SCALE (smoke, reduced or paper), pages in docs/atlas; run again to resume.
+SCALE ?= reduced
+atlas: $(STAMP)
+	$(BIN)/grokray atlas --scale $(SCALE) $(SPECS)
 
 reliability: $(STAMP)
 	$(BIN)/python -m pytest -q -m reliability; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc

@@ -1,0 +1,81 @@
+"""The cost model behind `--dry-run` and the atlas: per-pack step costs measured here, scheduled onto slots.
+
+Timings are only ever compared with timings taken beside them in the same test (a calibration against a run of
+another pack size), never with an absolute figure."""
+
+from pathlib import Path
+
+import pytest
+
+from grokray.engine.cost import StepCost, calibrate, step_seconds
+from grokray.spec import build_spec, load_spec
+from grokray.sweep.estimate import (
+    PACK_START_S,
+    STOP_SHARE,
+    SWEEP_S,
+    estimate_plan,
+    pack_seconds,
+    schedule,
+)
+from grokray.sweep.expand import expand
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAMILIES = {
+    "toy": {"task": {"name": "addition", "p": 10, "train_size": 45},
+            "model": {"name": "toy", "hidden": [64, 64]}},
+    "transformer": {"task": {"name": "modular", "op": "add", "p": 11, "train_fraction": 0.5},
+                    "model": {"name": "transformer", "d_model": 16, "n_heads": 2, "d_mlp": 32}},
+    "quadratic": {"task": {"name": "modular", "op": "add", "p": 23, "train_fraction": 0.5},
+                  "model": {"name": "quadratic", "width": 64}},
+    "mlp": {"task": {"name": "images", "dataset": "digits", "train_size": 100},
+            "model": {"name": "mlp", "depth": 2, "width": 32}},
+    "two_layer": {"task": {"name": "cubic_teacher", "d": 10, "n_train": 200, "n_test": 200},
+                  "model": {"name": "two_layer", "width": 50, "activation": "erf"}},
+}
+
+
+def _configs(raw, k):
+    spec = build_spec({**raw, "train": {"steps": 100000}, "phases": {"budget": 100000, "stop_when_classified": False},
+                       "seeds": list(range(k))})
+    return spec.trials()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_calibrated_cost_predicts_a_pack_of_another_size(family):
+    """a + b*K fitted on K = 1 and K = 6 predicts the step time of a K = 3 pack measured beside it."""
+    configs = _configs(FAMILIES[family], 6)
+    cost = calibrate(configs, min_seconds=0.3)
+    measured = step_seconds(configs[:3], min_seconds=0.3)
+    assert cost.a >= 0 and cost.b > 0
+    assert 0.5 < measured / cost.seconds(3) < 2.0, (family, cost, measured)
+
+
+def test_rfm_iteration_cost_grows_with_p():
+    """RFM is costed by iterations at its own p: a kernel solve over p^2 / 2 training pairs."""
+    small, large = (calibrate(load_spec(ROOT / "sweeps" / "rfm_fraction.yaml",
+                                        [f"task.p={p}", "sweep=null"]).trials()[:1]) for p in (11, 31))
+    assert large.seconds(1) > 3 * small.seconds(1) > 0
+
+
+def test_schedule_is_longest_first_onto_the_least_loaded_slot():
+    assert schedule([10, 10, 10], 2) == 20
+    assert schedule([7, 5, 4, 3, 1], 2) == 10  # 7+3, 5+4+1
+    assert schedule([5], 4) == 5 and schedule([], 2) == 0
+
+
+def test_pack_seconds_and_the_plans_estimate_follow_the_step_costs():
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5"])  # 20 configs, 4 packs of 5
+    plan = expand(spec, slots=2)
+    assert [len(p.members) for p in plan.packs] == [5, 5, 5, 5]
+    cost = StepCost(a=1e-3, b=2e-4)
+    budget = 10000
+    # the per-step overhead runs to the last member's end; each member costs b for the share it trains
+    expected = PACK_START_S + 5 * 0.05 + cost.a * budget + cost.b * 5 * budget * STOP_SHARE
+    assert pack_seconds(plan.packs[0], cost) == pytest.approx(expected)
+    upper = PACK_START_S + 5 * 0.05 + (cost.a + cost.b * 5) * budget
+    assert pack_seconds(plan.packs[0], cost, expected=False) == pytest.approx(upper)
+    flat = estimate_plan(plan, calibrate_costs=False, slots=2)  # 1700 model-steps/s: b = 1/1700, a = 0
+    per_pack = PACK_START_S + 5 * 0.05 + 5 * budget / 1700
+    assert flat.upper_seconds == pytest.approx(SWEEP_S + 2 * per_pack)
+    assert flat.seconds < flat.upper_seconds and "assumed 1700" in flat.basis

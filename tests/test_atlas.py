@@ -58,7 +58,7 @@ def test_paper_pieces_cover_the_whole_grid_with_the_specs_own_values():
         for point in piece.spec.points():
             got.setdefault((point["optim.decoder.lr"], point["optim.decoder.weight_decay"]), []).append(point["seed"])
     assert set(got) == {(lr, wd) for lr in lrs for wd in full.axes["optim.decoder.weight_decay"]}  # 121 cells
-    assert all(got[(lr, wd)] == ([0, 1, 2] if lr in lrs[:4] else [0]) for lr, wd in got)
+    assert all(got[(lr, wd)] == ([1, 2, 3] if lr in lrs[:4] else [1]) for lr, wd in got)
     assert sum(len(s) for s in got.values()) == 4 * 11 * 3 + 7 * 11
     # the presets and the atlas block say how to run, not what runs: the hash ignores them
     assert load_spec(FIG6B, ["smoke.train.steps=7", "atlas.view=fraction"]).hash() == full.hash()

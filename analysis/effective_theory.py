@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["addition_pairs", "p_unique", "p_unique_curve", "parallelogram_matrix", "unique_linear"]
+__all__ = ["addition_pairs", "p_unique", "p_unique_curve", "parallelogram_matrix", "unique_linear", "val_ceiling"]
 
 
 def addition_pairs(p: int) -> list[tuple[int, int]]:
@@ -60,25 +60,45 @@ def _n_train(p: int, fraction: float) -> int:
     return int(round(fraction * p * (p + 1) / 2))
 
 
-def p_unique(p: int, fraction: float, n_samples: int = 1000, seed: int = 0) -> float:
+def val_ceiling(train_labels: Iterable, val_labels: Sequence) -> float:
+    """The best validation accuracy any decoder can reach: the share of held-out points whose label occurs in
+    training. A label never trained on (toy addition: both pairs of a sum withheld) has a target the decoder never
+    saw, so it is missed whatever the representation."""
+    seen = set(np.asarray(list(train_labels)).tolist())
+    val = np.asarray(list(val_labels))
+    return float(np.mean([v in seen for v in val.tolist()])) if len(val) else 1.0
+
+
+def p_unique(p: int, fraction: float, n_samples: int = 1000, seed: int = 0, threshold: float | None = None) -> float:
     """Probability that a uniformly random training set of round(fraction * p(p+1)/2) pairs determines a unique
-    linear representation (Liu et al. Fig. 4a), estimated from `n_samples` sampled training sets."""
+    linear representation (Liu et al. Fig. 4a), estimated from `n_samples` sampled training sets. With a
+    threshold, the training set must also leave a val_ceiling >= threshold (every label decodable enough)."""
     pairs = np.array(addition_pairs(p))
+    sums = pairs.sum(1)
     n = _n_train(p, fraction)
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(n_samples):
         idx = rng.choice(len(pairs), size=n, replace=False)
-        hits += unique_linear(pairs[idx], p)
+        ok = unique_linear(pairs[idx], p)
+        if ok and threshold is not None:
+            held = np.setdiff1d(np.arange(len(pairs)), idx)
+            ok = val_ceiling(sums[idx], sums[held]) >= threshold
+        hits += ok
     return hits / n_samples
 
 
-def p_unique_curve(p: int, fractions: Sequence[float], n_samples: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """p_unique over a range of fractions: columns fraction, n_train, p_unique, stderr (binomial)."""
+def p_unique_curve(p: int, fractions: Sequence[float], n_samples: int = 1000, seed: int = 0,
+                   threshold: float | None = None) -> pd.DataFrame:
+    """p_unique over a range of fractions: columns fraction, n_train, p_unique, stderr (binomial), and with a
+    threshold p_unique_decodable (also every held-out label decodable to that accuracy)."""
     rows = []
     for k, f in enumerate(fractions):
         prob = p_unique(p, float(f), n_samples, seed + k)
-        rows.append({"fraction": float(f), "n_train": _n_train(p, float(f)), "p_unique": prob,
-                     "stderr": float(np.sqrt(prob * (1 - prob) / n_samples))})
-    return pd.DataFrame(rows, columns=["fraction", "n_train", "p_unique", "stderr"])
-
+        row = {"fraction": float(f), "n_train": _n_train(p, float(f)), "p_unique": prob,
+               "stderr": float(np.sqrt(prob * (1 - prob) / n_samples))}
+        if threshold is not None:
+            row["p_unique_decodable"] = p_unique(p, float(f), n_samples, seed + k, threshold)
+        rows.append(row)
+    cols = ["fraction", "n_train", "p_unique", "stderr"] + (["p_unique_decodable"] if threshold is not None else [])
+    return pd.DataFrame(rows, columns=cols)

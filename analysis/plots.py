@@ -291,6 +291,9 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
                          fontsize=8)
     if theory is not None and len(theory):
         top.plot(theory["fraction"], theory["p_unique"], "k-", lw=1.2, label="effective theory: P(unique)")
+        if "p_unique_decodable" in theory:
+            top.plot(theory["fraction"], theory["p_unique_decodable"], "k--", lw=1.2,
+                     label="P(unique and every held-out sum trained on)")
     top.axhline(curve.level, color="grey", lw=0.6, ls=":")
     top.set_ylabel("generalizing runs")
     top.set_ylim(-0.03, 1.03)

@@ -134,3 +134,14 @@ def test_effective_theory_curve_is_monotone_enough():
     assert curve["n_train"].tolist() == [11, 22, 33, 44]
     assert curve["p_unique"].iloc[0] < 0.05 < curve["p_unique"].iloc[1] < curve["p_unique"].iloc[2]
     assert curve["p_unique"].iloc[3] > 0.95
+
+
+def test_val_ceiling_and_the_decodable_share_of_training_sets():
+    from analysis.effective_theory import val_ceiling
+
+    assert val_ceiling([0, 1, 2], [1, 2, 2, 3]) == 0.75  # label 3 never trained on
+    assert val_ceiling([5], []) == 1.0
+    curve = p_unique_curve(10, [0.5, 0.8], n_samples=300, seed=2, threshold=0.9)
+    # decodable is a stricter event than unique; at 45/55 about 3 in 8 training sets withhold a whole sum
+    assert (curve["p_unique_decodable"] <= curve["p_unique"]).all()
+    assert 0.4 < curve["p_unique_decodable"].iloc[1] < 0.85 and curve["p_unique"].iloc[1] > 0.95

@@ -179,6 +179,23 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     return lines, summary
 
 
+def _split_ceilings(figure: Figure) -> dict[tuple[float, int], float]:
+    """(fraction, seed) -> the best val accuracy the configuration's split allows (analysis.val_ceiling)."""
+    from analysis.effective_theory import val_ceiling
+
+    out, data = {}, {}
+    for piece in figure.pieces:
+        for point in piece.spec.points():
+            cfg = piece.spec.trial(point)
+            key = repr(cfg.task)
+            if key not in data:
+                data[key] = cfg.task.data()
+            tr, va = cfg.task.split(data[key], cfg.seed)
+            y = data[key].y
+            out[(round(float(cfg.task.train_fraction), 9), cfg.seed)] = val_ceiling(y[tr].tolist(), y[va].tolist())
+    return out
+
+
 def _fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[list[str], dict]:
     from analysis import plots
     from analysis.diagram import generalization_vs_fraction
@@ -187,24 +204,41 @@ def _fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[
     curve = generalization_vs_fraction(df)
     table = curve.table
     p = int(pd.to_numeric(df["task.p"]).iloc[0])
-    theory = p_unique_curve(p, sorted(table[curve.fraction]), n_samples=2000, seed=0)
+    threshold = float(pd.to_numeric(df["phases.threshold"]).iloc[0])
+    theory = p_unique_curve(p, sorted(table[curve.fraction]), n_samples=2000, seed=0, threshold=threshold)
+    ceilings = _split_ceilings(figure)
+    df = df.assign(_ceiling=[ceilings.get((round(float(f), 9), int(s)), float("nan"))
+                             for f, s in zip(df[curve.fraction], df["seed"], strict=True)])
+    df["_learnable"] = df["_ceiling"] >= threshold
+    df["_gen"] = df["phase"].isin(["comprehension", "grokking"])
+    by = df.groupby(pd.to_numeric(df[curve.fraction]).round(9))
+    learn = pd.DataFrame({"decodable splits": by["_learnable"].sum().astype(int),
+                          "rate among decodable": by.apply(lambda g: g.loc[g["_learnable"], "_gen"].mean()
+                                                           if g["_learnable"].any() else float("nan"))})
     png = img_dir / f"{figure.stem}.png"
     fig = plots.plot_grokking_time(curve, theory=theory, title=f"{figure.path.stem} ({figure.scale}): "
                                    "generalization against data fraction")
     fig.savefig(png, dpi=110)
-    merged = table.merge(theory[["fraction", "p_unique"]], left_on=curve.fraction, right_on="fraction", how="left")
-    shown = merged[[curve.fraction, "n", "n_generalized", "rate", "p_unique", "median_steps"]]
+    merged = (table.assign(_f=table[curve.fraction].round(9)).merge(learn, left_on="_f", right_index=True)
+              .merge(theory[["fraction", "p_unique", "p_unique_decodable"]], left_on=curve.fraction,
+                     right_on="fraction", how="left"))
+    shown = merged[[curve.fraction, "n", "n_generalized", "rate", "p_unique", "decodable splits",
+                    "rate among decodable", "p_unique_decodable", "median_steps"]]
     crit = curve.critical_fraction
     lines = [f"![generalization against fraction](img/{png.name})", "",
              "Measured generalization rate (comprehension or grokking within the budget) against the effective "
              "theory's probability that the training set pins down a unique linear representation "
-             "(`analysis.effective_theory.p_unique_curve`, 2000 sampled training sets per fraction):", "",
+             "(`analysis.effective_theory.p_unique_curve`, 2000 sampled training sets per fraction). A split that "
+             "withholds every pair of some sum cannot reach the threshold whatever is learned (the decoder never "
+             f"sees that sum's target): `decodable splits` counts the runs whose split allows val acc >= "
+             f"{threshold:g}, and `p_unique_decodable` is the theory's probability of both.", "",
              _md_table(shown), "",
              f"Critical fraction (rate crosses {curve.level:g}): "
              f"{'not reached' if pd.isna(crit) else f'{crit:.2f}'}.", ""]
-    summary = {"fractions": {f"{r[curve.fraction]:.3g}": [int(r['n_generalized']), int(r['n']),
-                                                          round(float(r['p_unique']), 3)]
-                             for _, r in merged.iterrows()}}
+    summary = {"fractions": {f"{r[curve.fraction]:.3g}": {
+        "generalized": int(r["n_generalized"]), "runs": int(r["n"]), "decodable": int(r["decodable splits"]),
+        "p_unique": round(float(r["p_unique"]), 3), "p_unique_decodable": round(float(r["p_unique_decodable"]), 3)}
+        for _, r in merged.iterrows()}}
     return lines, summary
 
 

@@ -103,6 +103,8 @@ def _run(args) -> int:
           f"Ray Tune results: {summary.experiment_path}")
     if summary.errored_trials:
         print(f"{summary.errored_trials} packs failed after retries; rerun with --resume", file=sys.stderr)
+        for reason in sorted(set(summary.trial_errors.values()))[:5]:
+            print(f"  {reason}", file=sys.stderr)
     print(f"MLflow: experiment {spec.name!r}, parent run {summary.parent_run_id}")
     print(f"open the UI: {ui_hint(summary.tracking_uri)}")
     if summary.undelivered_points or summary.undelivered_batches:

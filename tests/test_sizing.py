@@ -31,3 +31,30 @@ def test_memory_model_of_1024_toy_members():
     """The figure benchmarks/README.md quotes: 1024 of Liu's toy models (width 200) fit in about 1.1 GiB."""
     need = member_bytes(PackTrainer([cfg()]))
     assert 0.5 * 2**30 < 1024 * need < 1.5 * 2**30
+
+
+def test_auto_pack_on_a_gpu_follows_the_devices_free_memory():
+    """No GPU here: the sizing model's inputs stand in for what the card reports (torch.cuda.mem_get_info)."""
+    from grokray.engine.sizing import GPU_FRACTION, members_that_fit
+
+    need = member_bytes(PackTrainer([cfg()]))  # ~1 MiB for Liu's toy at width 200
+    free = 2**30
+    k = auto_pack_size(cfg(), 10_000, "cuda", gpu_fraction=0.5, free_bytes=free)
+    assert k == members_that_fit(need, free, 0.5) == int(free * GPU_FRACTION * 0.5 // need)
+    assert auto_pack_size(cfg(), 10_000, "cuda", gpu_fraction=0.5, free_bytes=2 * free) in (2 * k, 2 * k + 1)
+    assert auto_pack_size(cfg(), 10_000, "cuda", gpu_fraction=0.25, free_bytes=free) in (k // 2, k // 2 + 1)
+    assert auto_pack_size(cfg(), 10_000, "cuda", free_bytes=80 * 2**30) == MAX_PACK  # a whole H100: the cap
+    assert auto_pack_size(cfg(), 10_000, "cuda", free_bytes=need) == 1  # never below one member
+    assert k > auto_pack_size(cfg(), 10_000, "cpu")  # a GPU packs far more than the CPU's cache-sized rule
+
+
+def test_a_gpu_sweep_is_dealt_into_packs_the_card_holds():
+    from grokray.sweep.expand import expand
+
+    spec = build_spec({**TOY, "sweep": {"optim.decoder.lr": {"logspace": [-4, -2, 40]}}, "seeds": [0, 1, 2],
+                       "resources": {"gpu": 0.5}})
+    need = member_bytes(PackTrainer([spec.first_trial()]))
+    small = expand(spec, slots=2, gpu_free_bytes=40 * need)  # 40 * 0.5 * 0.5 = 10 members a pack
+    assert [len(p.members) for p in small.packs] == [10] * 12
+    big = expand(spec, slots=2, gpu_free_bytes=4000 * need)  # all 120 in one pack
+    assert [len(p.members) for p in big.packs] == [120]

@@ -18,8 +18,18 @@ def member_bytes(trainer_probe) -> int:
     return elem * (4 * params + activations)
 
 
-def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: float = 1.0) -> int:
-    """Pick K from a one-member probe of the model: cache-sized on CPU, memory-sized on a GPU."""
+def members_that_fit(need_bytes: int, free_bytes: int, gpu_fraction: float = 1.0) -> int:
+    """K for a GPU: GPU_FRACTION of the card's free memory, times this pack's share of the card, over one member."""
+    return int(free_bytes * GPU_FRACTION * gpu_fraction // max(1, need_bytes))
+
+
+def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: float = 1.0,
+                   free_bytes: int | None = None) -> int:
+    """Pick K from a one-member probe of the model: cache-sized on CPU, memory-sized on a GPU.
+
+    free_bytes: the GPU's free memory, measured where the packs will run (the driver of a cluster whose GPUs are
+    on other nodes asks one of them; see sweep.runner). None on a GPU: this process's own card, if it has one,
+    else the CPU rule."""
     from . import make_trainer, max_pack_size
 
     cap = max_pack_size(config)
@@ -27,10 +37,10 @@ def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: fl
         return 1
     probe = make_trainer([config], device="cpu")
     need = max(1, member_bytes(probe))
-    if device.startswith("cuda") and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
-        budget = free * GPU_FRACTION * gpu_fraction
-        k = int(budget // need)
+    if device.startswith("cuda") and free_bytes is None and torch.cuda.is_available():
+        free_bytes = torch.cuda.mem_get_info()[0]
+    if device.startswith("cuda") and free_bytes is not None:
+        k = members_that_fit(need, free_bytes, gpu_fraction)
     else:
         k = int(CPU_WORKING_SET // need)
     k = max(1, min(k, MAX_PACK, n_configs))

@@ -27,7 +27,7 @@ from ray.tune.search.optuna import OptunaSearch
 from ..errors import SpecError
 from ..spec import Spec
 from ..sweep.expand import run_name
-from ..sweep.runner import resolve_storage, start_ray
+from ..sweep.runner import check_cluster_gpus, check_gpu_request, resolve_storage, start_ray
 from ..sweep.trainable import train_pack
 from .config import SearchConfig, parse_search, start_point, trial_config
 from .objective import objective_values
@@ -258,6 +258,7 @@ def run_search(spec: Spec, options: SearchOptions | None = None) -> SearchSummar
 
     options = options or SearchOptions()
     cfg = parse_search(spec)
+    check_gpu_request(spec, options)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     target = options.n_trials if options.n_trials is not None else cfg.n_trials
     if target < 1:
@@ -311,6 +312,7 @@ def run_search(spec: Spec, options: SearchOptions | None = None) -> SearchSummar
     started_ray = start_ray(options) if to_run else False
     try:
         if to_run:
+            check_cluster_gpus(spec)
             new_trials = _fit(spec, cfg, options, study, storage, tracker, to_run, target, name, results_dir)
         _close_pruned(tracker)
         study = optuna.load_study(study_name=cfg.study, storage=storage)

@@ -459,8 +459,11 @@ def run_adaptive(spec: Spec, options=None, *, max_rounds: int | None = None) -> 
     import os
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    runner.check_gpu_request(spec, options)
     started_ray = runner.start_ray(options, spec)
     try:
+        runner.check_cluster_gpus(spec)
+        gpu_free = runner.gpu_free_bytes(spec)
         uri = resolve_tracking_uri(options.tracking_uri)
         tracker = SweepTracker(uri, spec.name)
         client = tracker.client
@@ -550,7 +553,7 @@ def run_adaptive(spec: Spec, options=None, *, max_rounds: int | None = None) -> 
                     client.log_dict(parent_id, record, f"{ROUND_ARTIFACT_DIR}/round-{rnd:02d}.json")
                     rounds_log[rnd] = record
                 sub = PointSpec(spec, [trial_point(plan, t) for t in trials])
-                round_plan = expand(sub, slots=slots)
+                round_plan = expand(sub, slots=slots, gpu_free_bytes=gpu_free)
                 round_plan.swept = swept
                 for p in round_plan.packs:
                     p.pack_id = f"r{rnd:02d}-{p.pack_id}"

@@ -170,12 +170,12 @@ class _ProbeLimit:
         return False
 
 
-def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float) -> int:
+def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float, gpu_free_bytes: int | None) -> int:
     from ..errors import SpecError
 
     try:
         with _ProbeLimit():
-            return auto_pack_size(config, n, device, gpu_fraction=frac)
+            return auto_pack_size(config, n, device, gpu_fraction=frac, free_bytes=gpu_free_bytes)
     except (MemoryError, RuntimeError) as exc:
         if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
             raise
@@ -184,12 +184,13 @@ def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float) -> i
                         "model's widths") from None
 
 
-def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: str) -> int:
+def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: str,
+                  gpu_free_bytes: int | None = None) -> int:
     """resources.pack_size, or auto: what fits the device, but at least `slots` packs to keep every slot busy."""
     size = spec.resources.pack_size
     if size == "auto":
         frac = min(1.0, spec.resources.gpu) if spec.resources.gpu > 0 else 1.0
-        size = _probe_pack_size(config, n, device, frac)
+        size = _probe_pack_size(config, n, device, frac, gpu_free_bytes)
         if device == "cpu":
             size = min(size, max(1, math.ceil(n / max(1, slots))))
             # Whole waves: 3 packs on 2 slots leave a slot idle for the last third, 4 smaller packs do not.
@@ -206,8 +207,9 @@ def local_slots(spec: Spec, cpus: int | None = None) -> int:
     return max(1, int(cpus // spec.resources.cpu))
 
 
-def expand(spec: Spec, slots: int | None = None) -> Plan:
-    """Every configuration of the spec (validated), grouped by pack signature, chunked into packs."""
+def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = None) -> Plan:
+    """Every configuration of the spec (validated), grouped by pack signature, chunked into packs.
+    gpu_free_bytes: free memory of the GPUs the packs will run on, for `pack_size: auto` (None: see sizing)."""
     slots = slots if slots is not None else local_slots(spec)
     device = "cuda" if spec.resources.gpu > 0 else "cpu"
     points = spec.points()
@@ -217,7 +219,7 @@ def expand(spec: Spec, slots: int | None = None) -> Plan:
         groups.setdefault(pack_signature(m.config), []).append(m)
     packs = []
     for group in groups.values():
-        size = pack_size_for(spec, group[0].config, len(group), slots, device)
+        size = pack_size_for(spec, group[0].config, len(group), slots, device, gpu_free_bytes)
         for chunk in _deal(group, size):
             packs.append(Pack(f"pack-{len(packs):04d}", chunk))
     return Plan(spec=spec, packs=packs, swept=swept_keys(spec))

@@ -7,6 +7,7 @@ join whatever cluster an earlier `ray start` recorded). With `--address` or `RAY
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ class SweepSummary:
     undelivered_batches: int = 0
     # seconds of wall time: ray_start, setup (Ray up -> Tune starts), tune, finish (parent run), ray_stop
     timings: dict[str, float] = field(default_factory=dict)
+    trial_errors: dict[str, str] = field(default_factory=dict)  # pack id -> why its trial failed (last line)
 
 
 # -- progress line -------------------------------------------------------------------------------------------
@@ -171,6 +173,58 @@ def start_ray(options, spec: Spec | None = None, warm_up: bool = True) -> bool:
     return True
 
 
+def check_gpu_request(spec: Spec, options) -> None:
+    """A GPU request on a private local Ray needs CUDA on this machine: said before Ray starts or MLflow is
+    written. Joining a cluster (--address, RAY_ADDRESS, or a Ray already up), the GPUs are the workers' and are
+    checked once joined (check_cluster_gpus); the driver of a CPU head has none of its own."""
+    import ray
+
+    gpu = spec.resources.gpu
+    if gpu <= 0 or ray.is_initialized() or options.address or os.environ.get("RAY_ADDRESS"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        from ..errors import SpecError
+
+        raise SpecError("resources.gpu", f"got {gpu:g}, but this machine's torch ({torch.__version__}) cannot use "
+                        "CUDA and no cluster is given; set resources.gpu: 0, or join a GPU cluster with --address "
+                        "(or RAY_ADDRESS)")
+
+
+def check_cluster_gpus(spec: Spec) -> None:
+    """Once joined: a GPU request on a cluster that declares no GPU would wait forever; say so instead."""
+    import ray
+
+    if spec.resources.gpu > 0 and not ray.cluster_resources().get("GPU", 0):
+        from ..errors import SpecError
+
+        raise SpecError("resources.gpu", f"got {spec.resources.gpu:g}, but the Ray cluster declares no GPU "
+                        f"(its resources: {', '.join(sorted(k for k in ray.cluster_resources() if ':' not in k))}); "
+                        "set resources.gpu: 0 or add GPU nodes")
+
+
+def gpu_free_bytes(spec: Spec, timeout_s: float = 60.0) -> int | None:
+    """Free memory of a GPU the packs will run on, for `pack_size: auto`: asked of a GPU worker by a task that
+    takes the trial's GPU share (the driver may be a CPU head). None when its torch cannot open CUDA, or no GPU
+    frees up in time: then packs are sized by the CPU rule."""
+    import ray
+
+    if spec.resources.gpu <= 0 or spec.resources.pack_size != "auto":
+        return None
+
+    @ray.remote(num_gpus=min(1.0, spec.resources.gpu), num_cpus=0)
+    def free_memory():
+        import torch
+
+        return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+
+    try:
+        return ray.get(free_memory.remote(), timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - a slow or broken GPU node must not stop the sweep from being planned
+        return None
+
+
 def spool_dir_for(experiment_path: str, parent_run_id: str) -> str:
     """Undelivered metrics live beside the Tune results (shared storage on a cluster), else in ~/.grokray."""
     from ..tracking.delivery import SPOOL_DIRNAME
@@ -228,6 +282,7 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
 
     check_size(spec, options.max_configs)
     spec.trials()  # every configuration parses, or a SpecError leaves nothing behind
+    check_gpu_request(spec, options)
     t_start = time.time()
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the legacy engine prints nothing
     # MLflow is imported and its store opened (a new SQLite file runs the schema migrations) while Ray starts,
@@ -240,7 +295,8 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
     started_ray = start_ray(options, spec, warm_up=False)
     timings["ray_start"] = time.time() - t_start
     try:
-        plan = expand(spec, slots=_slots(spec))
+        check_cluster_gpus(spec)
+        plan = expand(spec, slots=_slots(spec), gpu_free_bytes=gpu_free_bytes(spec))
         tracker = tracker_ready.result()
         uri = tracker.uri
         storage = resolve_storage(options.storage)
@@ -303,6 +359,8 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
         results = tuner.fit()
         timings["tune"] = time.time() - t_tune
         errored = sum(1 for r in results if r.error is not None)
+        errors = {r.config["pack"]["pack_id"]: error_reason(r.error) for r in results
+                  if r.error is not None and r.config}
         interrupted = any(not (r.metrics or {}).get("pack_done") for r in results if r.error is None)
         status = "FAILED" if errored else "KILLED" if interrupted else "FINISHED"
         spool = spool_dir_for(experiment_path, tracker.parent_run_id)
@@ -332,12 +390,20 @@ def run_sweep(spec: Spec, options: SweepOptions | None = None) -> SweepSummary:
             undelivered_points=left_points,
             undelivered_batches=left_batches,
             timings=timings,
+            trial_errors=errors,
         )
     finally:
         if started_ray:
             t_stop = time.time()
             ray.shutdown()
             timings["ray_stop"] = time.time() - t_stop  # after wall_s, in the summary the caller gets
+
+
+def error_reason(error: BaseException) -> str:
+    """The exception a trial raised, as one line (Tune wraps it in a traceback of the worker)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    causes = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
+    return (causes[-1] if causes else lines[-1] if lines else type(error).__name__)[:500]
 
 
 def dry_run(spec: Spec) -> Plan:

@@ -36,6 +36,18 @@ def _report_hook(ctx: dict):
     return getattr(importlib.import_module(module), name)
 
 
+def gpu_placement() -> dict:
+    """Where Ray put this trial: its GPU ids, the CUDA_VISIBLE_DEVICES Ray set for it, and its GPU share."""
+    import os
+
+    import ray
+
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    return {"gpu_ids": [str(i) for i in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "gpu_share": float(assigned.get("GPU", 0.0))}
+
+
 def train_pack(config: dict) -> None:
     import ray
     import torch
@@ -49,7 +61,14 @@ def train_pack(config: dict) -> None:
     pack, ctx = config["pack"], config["grokray"]
     configs = [parse_trial(m["config"]) for m in pack["members"]]
     torch.set_num_threads(max(1, int(ctx.get("cpu", 1))))
-    device = "cuda" if ctx.get("gpu", 0) > 0 and torch.cuda.is_available() else "cpu"
+    placement = gpu_placement()
+    device = "cuda" if ctx.get("gpu", 0) > 0 else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        # Ray placed this pack on a GPU its torch cannot open: fail this trial with the reason, not the sweep.
+        raise RuntimeError(f"pack {pack['pack_id']} was placed on GPU {placement['gpu_ids']} "
+                           f"(CUDA_VISIBLE_DEVICES={placement['cuda_visible_devices']!r}, "
+                           f"{placement['gpu_share']:g} GPU requested) but torch {torch.__version__} on node "
+                           f"{ray.get_runtime_context().get_node_id()[:12]} cannot open CUDA")
     trainer = make_trainer(configs, device=device)
 
     checkpoint = tune.get_checkpoint()
@@ -105,6 +124,7 @@ def train_pack(config: dict) -> None:
             "trial_s": time.perf_counter() - started,
             "pack_done": done,
             "spooled_points": tracker.courier.spooled_points,  # points that waited out a tracking outage
+            **({"cuda_visible_devices": placement["cuda_visible_devices"]} if device == "cuda" else {}),
         }
         if done:
             metrics["undelivered_points"] = undelivered

@@ -147,3 +147,53 @@ def test_a_torn_last_line_is_ignored(tmp_path, cut):
     with (tmp_path / "s.jsonl").open("a") as f:
         f.write(text[:cut])
     assert [b.metrics[0][3] for b in undelivered(tmp_path / "s.jsonl")] == [1]
+
+
+class RunFlakyClient(FlakyClient):
+    """Refuses the runs in `down` only (one server worker hung while the others answer), from any thread."""
+
+    def __init__(self, down=()):
+        super().__init__()
+        self.down = set(down)
+        self.threads = set()
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        import threading
+
+        self.threads.add(threading.get_ident())
+        if run_id in self.down:
+            raise ConnectionError("Connection reset by peer")
+        super().log_batch(run_id, metrics, params, tags)
+
+
+def test_send_many_delivers_a_reports_batches_concurrently_and_holds_the_refused_ones(tmp_path):
+    clock = Clock()
+    client = RunFlakyClient(down={"r2", "r5"})
+    courier = Courier(client, tmp_path / "s.jsonl", clock=clock, sleep=clock.sleep, workers=4)
+    courier.send_many([batch(f"r{i}", [0, 1], terminate="FINISHED") for i in range(8)])
+    assert sorted(r for r, _ in client.points) == [f"r{i}" for i in range(8) if i not in (2, 5)]
+    assert len(client.threads) > 1  # several requests in flight, not one after another
+    assert [b.run_id for b in undelivered(tmp_path / "s.jsonl")] == ["r2", "r5"]  # held, on disk, in order
+    assert [b.run_id for b in courier.queue] == ["r2", "r5"]
+    # a later report queues behind the backlog (same run's order kept); once the server takes them, all arrive
+    client.down.clear()
+    courier.send_many([batch("r2", [2]), batch("r3", [2])])
+    assert courier.close(wait_s=120) == 0
+    assert client.points[("r2", "train/acc")] == [0, 1, 2] and client.points[("r3", "train/acc")] == [0, 1, 2]
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_send_many_raises_a_bad_request_and_keeps_batches_of_one_run_in_order(tmp_path):
+    class Rejecting(FlakyClient):
+        def log_batch(self, run_id, metrics=(), params=(), tags=()):
+            if run_id == "bad":
+                raise ValueError("INVALID_PARAMETER_VALUE: 400")
+            super().log_batch(run_id, metrics, params, tags)
+
+    courier = Courier(Rejecting(), tmp_path / "s.jsonl", workers=4)
+    with pytest.raises(ValueError):
+        courier.send_many([batch("ok", [0]), batch("bad", [0])])
+    client = FlakyClient()
+    courier = Courier(client, tmp_path / "t.jsonl", workers=4)
+    courier.send_many([batch("r", [0]), batch("r", [1]), batch("q", [0])])  # two of one run: sent in order
+    assert client.points[("r", "train/acc")] == [0, 1]

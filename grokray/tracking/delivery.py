@@ -181,8 +181,10 @@ class Courier:
     batches go out in the order they were made (replay's step check relies on that)."""
 
     def __init__(self, client, spool_path: str | Path, max_points: int = 200_000, block_s: float = 0.0,
-                 clock=time.monotonic, sleep=time.sleep):
+                 clock=time.monotonic, sleep=time.sleep, workers: int = 1):
         self.client = client
+        self.workers = workers  # concurrent requests for send_many (a tracking server: 8; a SQLite file: 1)
+        self._threads = None
         self.spool = Spool(spool_path)
         self.queue: deque[Batch] = deque()
         self.on_disk_only = 0  # undelivered batches after the queue, held in the spool file only
@@ -247,6 +249,40 @@ class Courier:
                 return
             except Exception as exc:  # noqa: BLE001
                 self._failed(exc)
+        self._hold(batch)
+
+    def send_many(self, batches: list[Batch]) -> None:
+        """One batch per run (a pack's members at one report): sent `workers` at a time while the server answers,
+        since each costs a round trip the server spends mostly waiting on its database. The ones it does not
+        take are held in their order, as `send` would; a run's later batches queue behind them."""
+        if self.workers <= 1 or len(batches) <= 1 or len({b.run_id for b in batches}) < len(batches) \
+                or not self.flush():
+            for batch in batches:
+                self.send(batch)
+            return
+        if self._threads is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._threads = ThreadPoolExecutor(self.workers, thread_name_prefix="grokray-courier")
+        outcomes = list(self._threads.map(self._attempt, batches))
+        self.calls += sum(calls for calls, _ in outcomes)
+        errors = [exc for _, exc in outcomes if exc is not None]
+        for exc in errors:
+            if not is_transient(exc):
+                raise exc
+        if errors:
+            self._failed(errors[0])
+            for batch, (_, exc) in zip(batches, outcomes, strict=True):
+                if exc is not None:
+                    self._hold(batch)
+
+    def _attempt(self, batch: Batch) -> tuple[int, BaseException | None]:
+        try:
+            return deliver(self.client, batch, dedup=False), None
+        except Exception as exc:  # noqa: BLE001 - judged by the caller, on the sending thread
+            return 0, exc
+
+    def _hold(self, batch: Batch) -> None:
         self.spool.append(batch)  # write-ahead: on disk before training goes on
         self.spooled_points += batch.points
         if self.on_disk_only:
@@ -270,4 +306,7 @@ class Courier:
         end = self.clock() + wait_s
         while not self.flush() and self.clock() < end:
             self.sleep(max(0.05, min(self.next_try - self.clock(), end - self.clock())))
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
         return sum(b.points for b in undelivered(self.spool.path)) if self.backlog else 0

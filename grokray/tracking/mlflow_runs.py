@@ -22,6 +22,10 @@ from .delivery import SPOOL_DIRNAME, Batch, Courier, is_transient, quick_failing
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 OPEN_ATTEMPTS = 12  # opening a pack's runs waits out a tracking server restart of about a minute
+# Requests a worker keeps in flight to a tracking server (run creation, a report's batches): the server spends
+# most of a request waiting on its database, so a pack of many members is bound by round trips, not by CPU.
+# A SQLite file takes one writer at a time: 1.
+SERVER_CONCURRENCY = 8
 MAX_METRICS = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
 MAX_PARAMS_TAGS = 100  # mlflow.utils.validation.MAX_PARAMS_TAGS_PER_BATCH
 MAX_VALUE_LEN = 6000
@@ -258,8 +262,11 @@ class PackTracker:
     def __init__(self, ctx: dict, pack: dict):
         self.ctx = ctx
         self.pack = pack
-        if ctx["tracking_uri"].startswith("http"):
+        server = ctx["tracking_uri"].startswith("http")
+        if server:
             quick_failing_http()  # the courier spools instead of letting MLflow's client retry for minutes
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a line per ended run
+        self.workers = int(ctx.get("tracking_concurrency", SERVER_CONCURRENCY)) if server else 1
         self.client = MlflowClient(tracking_uri=ctx["tracking_uri"])
         self.runs: list[MemberRun] = []
         self._calls = 0
@@ -267,7 +274,7 @@ class PackTracker:
         self.spool_dir = Path(ctx.get("spool_dir") or Path.home() / ".grokray" / SPOOL_DIRNAME / ctx["parent_run_id"])
         self.courier = Courier(self.client, self.spool_dir / f"{pack['pack_id']}-{os.getpid()}-{_now_ms()}.jsonl",
                                max_points=int(ctx.get("buffer_points", 200_000)),
-                               block_s=float(ctx.get("buffer_block_s", 0.0)))
+                               block_s=float(ctx.get("buffer_block_s", 0.0)), workers=self.workers)
 
     @property
     def calls(self) -> int:
@@ -295,10 +302,20 @@ class PackTracker:
         )
         self._calls += 1
         by_key = {r.data.tags.get("grokray.trial_key"): r for r in existing}
+        new = [m for m in self.pack["members"] if m["key"] not in by_key]
+        if self.workers > 1 and len(new) > 1:  # a fresh pack of many members: its runs created concurrently
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="grokray-open") as pool:
+                created = dict(zip((m["key"] for m in new), pool.map(lambda m: self._create(m, node_id), new),
+                                   strict=True))
+        else:
+            created = {m["key"]: self._create(m, node_id) for m in new}
+        self._calls += len(new)
         for member in self.pack["members"]:
             found = by_key.get(member["key"])
             if found is None:
-                self.runs.append(self._create(member, node_id))
+                self.runs.append(created[member["key"]])
                 continue
             last = {}
             for key in found.data.metrics:  # only at a retry or resume
@@ -338,7 +355,6 @@ class PackTracker:
         }
         run = _retry(self.client.create_run, ctx["experiment_id"], run_name=member["name"], tags=clean(tags),
                      attempts=OPEN_ATTEMPTS)
-        self._calls += 1
         return MemberRun(run.info.run_id, {}, flatten(cfg))
 
     def log_curves(self, results) -> None:
@@ -369,6 +385,7 @@ class PackTracker:
 
     def _log(self, results, thresholds) -> None:
         now = _now_ms()
+        batches = []
         for i, (run, result) in enumerate(zip(self.runs, results, strict=True)):
             metrics = []
             steps = result.curve.get("step", [])
@@ -387,8 +404,9 @@ class PackTracker:
                             if v is not None and math.isfinite(float(v))]
                 tags, terminate = {PHASE_TAG: result.phase}, "FINISHED"
             if metrics or tags or run.pending_params or terminate:
-                self.courier.send(Batch(run.run_id, metrics, clean(run.pending_params), clean(tags), terminate))
+                batches.append(Batch(run.run_id, metrics, clean(run.pending_params), clean(tags), terminate))
                 run.pending_params = {}
+        self.courier.send_many(batches)
 
     def close(self, wait_s: float | None = None) -> int:
         """Deliver what an outage held back, waiting up to `wait_s` (ctx delivery_wait_s, default 60 s).

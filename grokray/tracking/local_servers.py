@@ -1,0 +1,158 @@
+"""Throwaway tracking servers on 127.0.0.1: a PostgreSQL cluster and an `mlflow server` on top of it (or on a
+SQLite file), for the tests, the tracking benchmark and a single-machine trial of the cluster's setup.
+
+It uses the server binaries of Debian's `postgresql` package (`initdb`, `pg_ctl`); nothing is installed here.
+PostgreSQL refuses to run as root, so under root the cluster belongs to the `postgres` user the package creates
+and every command runs through `runuser`. The cluster lives in a temporary directory, listens on 127.0.0.1 only,
+trusts local connections (nothing else can reach it) and is removed on stop.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+DB = "mlflow"
+
+
+def server_bin() -> Path | None:
+    """The directory holding initdb and pg_ctl, or None when PostgreSQL's server is not installed."""
+    for candidate in [os.environ.get("GROKRAY_PG_BIN", ""), *sorted(glob.glob("/usr/lib/postgresql/*/bin"),
+                                                                     reverse=True)]:
+        if candidate and (Path(candidate) / "initdb").exists():
+            return Path(candidate)
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+def missing_reason() -> str | None:
+    """Why a local PostgreSQL cannot start here (None: it can)."""
+    if server_bin() is None:
+        return "PostgreSQL's server is not installed (Debian: apt-get install postgresql)"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser, and PostgreSQL refuses to run as root"
+    try:
+        import psycopg  # noqa: F401  # MLflow's SQLAlchemy store talks to PostgreSQL through it
+    except ImportError:
+        return "the psycopg driver is not installed (pip install 'psycopg[binary]')"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalPostgres:
+    """`with LocalPostgres() as pg: pg.uri` -> postgresql+psycopg://postgres@127.0.0.1:PORT/mlflow."""
+
+    def __init__(self, port: int | None = None, max_connections: int = 200, host_auth: str = "trust"):
+        reason = missing_reason()
+        if reason:
+            raise RuntimeError(reason)
+        self.bin = server_bin()
+        self.port = port or free_port()
+        self.max_connections = max_connections
+        self.host_auth = host_auth  # TCP connections; "scram-sha-256" makes roles need their password
+        self.dir = Path(tempfile.mkdtemp(prefix="grokray-pg-"))
+        self.data = self.dir / "data"
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    @property
+    def uri(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{DB}"
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.as_user, *args], check=True, capture_output=True, text=True, timeout=120)
+
+    def start(self) -> LocalPostgres:
+        if self.as_user:
+            shutil.chown(self.dir, user="postgres")
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth-local=trust",
+                  f"--auth-host={self.host_auth}", "--encoding=UTF8", "--no-sync")
+        options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
+                   f"-c max_connections={self.max_connections} -c fsync=on -c synchronous_commit=on")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.dir / "log"),
+                  "-w", "-t", "60", "start")
+        self._run(str(self.bin / "createdb"), "-h", str(self.dir), "-p", str(self.port), "-U", "postgres", DB)
+        return self
+
+    def stop(self) -> None:
+        try:
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, FileNotFoundError):
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def sql(self, query: str, params: tuple = ()) -> list[tuple]:
+        """Run one query against the mlflow database as its superuser, over the local socket (tests count rows)."""
+        import psycopg
+
+        with psycopg.connect(host=str(self.dir), port=self.port, user="postgres", dbname=DB) as con:
+            with con.cursor() as cur:
+                cur.execute(query, params)
+                return cur.fetchall() if cur.description else []
+
+    def __enter__(self) -> LocalPostgres:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class MlflowServer:
+    """`mlflow server` on 127.0.0.1 over `backend` (a SQLAlchemy URI; default a SQLite file under `root`), which a
+    test can stop and start again on the same port and store (a tracking outage)."""
+
+    def __init__(self, root: str | Path, backend: str | None = None, workers: int = 1):
+        self.root = Path(root)
+        self.backend = backend or f"sqlite:///{self.root}/server.db"
+        self.port, self.workers = free_port(), workers
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self, timeout_s: float = 90.0) -> MlflowServer:
+        mlflow = Path(sys.executable).with_name("mlflow")
+        self.proc = subprocess.Popen(
+            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
+             "--backend-store-uri", self.backend, "--artifacts-destination", str(self.root / "artifacts")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+        end = time.monotonic() + timeout_s
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.url}/health", timeout=2)
+                return self
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"mlflow server on {self.backend.split('://')[0]} exited") from None
+                if time.monotonic() > end:
+                    self.stop()
+                    raise TimeoutError(f"mlflow server not up after {timeout_s:.0f} s") from None
+                time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # its uvicorn/gunicorn workers go with it
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        self.proc = None
+
+    def __enter__(self) -> MlflowServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

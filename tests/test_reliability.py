@@ -4,12 +4,10 @@ Each test prints its measured figure as `RELIABILITY <name> key=value ...` (docs
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import optuna
@@ -23,6 +21,7 @@ from grokray.engine import make_trainer
 from grokray.engine.schedule import record_steps
 from grokray.spec import load_spec
 from grokray.sweep.expand import expand
+from grokray.tracking.local_servers import LocalPostgres, MlflowServer, missing_reason
 
 pytestmark = pytest.mark.reliability
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,52 +80,19 @@ def check_complete(uri: str, spec, keys=("train/loss", "val/acc")) -> dict:
     return {k: v[0] for k, v in by_key.items()}
 
 
-# -- an MLflow server we can stop and restart ------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class MlflowServer:
-    def __init__(self, root: Path, workers: int = 1):
-        self.root, self.port, self.workers = root, free_port(), workers
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = None
-
-    def start(self):
-        mlflow = Path(sys.executable).with_name("mlflow")
-        self.proc = subprocess.Popen(
-            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers",
-             str(self.workers), "--backend-store-uri", f"sqlite:///{self.root}/server.db",
-             "--artifacts-destination", str(self.root / "artifacts")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, "MLFLOW_TRACKING_URI": ""})
-
-        def up():
-            try:
-                urllib.request.urlopen(f"{self.url}/health", timeout=2)
-                return True
-            except OSError:
-                assert self.proc.poll() is None, "mlflow server exited"
-                return False
-
-        wait_for(up, 90, "mlflow server")
-        return self
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # uvicorn/gunicorn workers go with it
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        self.proc = None
-
-
-@pytest.fixture()
-def server(tmp_path):
+# -- an MLflow server we can stop and restart, on SQLite or on a local PostgreSQL ------------------------------------
+@pytest.fixture(params=["sqlite", "postgres"])
+def server(request, tmp_path):
+    """The tracking server of the outage tests, once per backend (PostgreSQL: Debian's server, if installed)."""
+    if request.param == "postgres":
+        reason = missing_reason()
+        if reason:
+            pytest.skip(f"no local PostgreSQL: {reason}")
+        with LocalPostgres() as pg:
+            srv = MlflowServer(tmp_path, pg.uri).start()
+            yield srv
+            srv.stop()
+        return
     srv = MlflowServer(tmp_path).start()
     yield srv
     srv.stop()
@@ -409,3 +375,42 @@ def test_load_2000_configurations_through_a_server(local_ray, tmp_path):
                machine=f"{os.cpu_count()}-core", server_workers=2)
     finally:
         srv.stop()
+
+
+def test_load_10000_configurations_through_a_postgres_server(local_ray, tmp_path):
+    """The cluster's tracking (an `mlflow server` on PostgreSQL), 10,000 configurations: every run present and
+    FINISHED with its phase, every series exactly the engine's record schedule, no point stored twice."""
+    from grokray.sweep.runner import run_sweep
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"no local PostgreSQL: {reason}")
+    overrides = ["phases.stop_when_classified=false", "seeds=[0]", "train.steps=20", "phases.budget=20",
+                 "model.hidden=[16]", "resources.pack_size=500", "train.curve_points_per_decade=8"]
+    spec = load_spec(QUICKSTART, overrides, scale="smoke")
+    spec.axes = {"optim.decoder.lr": [10 ** (-4 + 2 * i / 99) for i in range(100)],
+                 "optim.decoder.weight_decay": [i * 0.1 for i in range(100)]}
+    n = len(spec.points())
+    assert n == 10_000
+    with LocalPostgres() as pg, MlflowServer(tmp_path, pg.uri, workers=4) as srv:
+        t0 = time.time()
+        summary = run_sweep(spec, sweep_options(tmp_path, srv.url, min_report_s=5.0))
+        wall = time.time() - t0
+        assert summary.errored_trials == 0 and summary.configurations == n
+        role = "(SELECT run_uuid FROM tags WHERE key = 'grokray.role' AND value = 'configuration')"
+        rows = pg.sql(f"SELECT r.status, p.value, k.value FROM runs r "
+                      f"LEFT JOIN tags p ON p.run_uuid = r.run_uuid AND p.key = 'grokray.phase' "
+                      f"LEFT JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'grokray.trial_key' "
+                      f"WHERE r.run_uuid IN {role}")
+        assert len(rows) == n and all(status == "FINISHED" and phase for status, phase, _ in rows)
+        assert {key for _, _, key in rows} == {c.key() for c in spec.trials()}  # one run per configuration
+        schedule = expected_steps(spec.first_trial())
+        series = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
+        per_step = pg.sql(f"SELECT key, step, count(*), count(DISTINCT run_uuid) FROM metrics "
+                          f"WHERE run_uuid IN {role} AND key = ANY(%s) GROUP BY key, step", (list(series),))
+        assert {(k, s) for k, s, _, _ in per_step} == {(k, s) for k in series for s in schedule}
+        assert all(c == runs == n for _, _, c, runs in per_step), "a point missing or stored twice"
+        points = n * len(schedule) * len(series)
+        report("load_postgres", configurations=n, packs=summary.packs, wall_s=round(wall, 1),
+               runs_per_s=round(n / wall, 1), points=points, points_per_s=round(points / wall),
+               points_duplicated=0, machine=f"{os.cpu_count()}-core", server_workers=4)

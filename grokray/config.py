@@ -34,6 +34,16 @@ def unknown_key_error(path: str, key, allowed) -> SpecError:
     return SpecError(where, f"unknown key; {hint}allowed: {', '.join(allowed)}")
 
 
+def check_block(raw, path: str, allowed) -> dict:
+    """A spec block that must be a mapping of known keys: returned as is, or a SpecError naming the bad key."""
+    if not isinstance(raw, dict):
+        raise SpecError(path, f"expected a mapping of {', '.join(allowed)}, got {raw!r}")
+    for key in raw:
+        if key not in allowed:
+            raise unknown_key_error(path, key, allowed)
+    return raw
+
+
 def _type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..config import check_block
 from ..errors import SpecError
 
 VIEWS = ("diagram", "fraction")
@@ -75,13 +76,7 @@ def _pair(value, where: str) -> list:
 
 
 def _piece(raw, where: str) -> Piece:
-    if not isinstance(raw, dict):
-        raise SpecError(where, f"expected a mapping with {', '.join(PIECE_KEYS)}, got {raw!r}")
-    for key in raw:
-        if key not in PIECE_KEYS:
-            from ..config import unknown_key_error
-
-            raise unknown_key_error(where, key, PIECE_KEYS)
+    check_block(raw, where, PIECE_KEYS)
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise SpecError(f"{where}.name", f"expected a non-empty string, got {name!r}")
@@ -102,13 +97,7 @@ def parse_atlas(raw, scales=("smoke", "reduced", "paper")) -> AtlasConfig:
     """The atlas: block of a spec (None: defaults). Axis names are checked against the spec by `atlas.plan`."""
     if raw is None:
         return AtlasConfig()
-    if not isinstance(raw, dict):
-        raise SpecError("atlas", f"expected a mapping of {', '.join(BLOCK_KEYS)}, got {raw!r}")
-    for key in raw:
-        if key not in BLOCK_KEYS:
-            from ..config import unknown_key_error
-
-            raise unknown_key_error("atlas", key, BLOCK_KEYS)
+    check_block(raw, "atlas", BLOCK_KEYS)
     axes = raw.get("axes")
     if axes is not None and (not isinstance(axes, list) or len(axes) != 2 or not all(isinstance(a, str) for a in axes)
                              or axes[0] == axes[1]):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..config import coerce, unknown_key_error
+from ..config import check_block, coerce, unknown_key_error
 from ..errors import SpecError
 from ..spec import TRIAL_KEYS, Spec
 
@@ -142,11 +142,7 @@ def parse_search(spec: Spec) -> SearchConfig:
     raw = spec.raw.get("search")
     if raw is None:
         raise SpecError("search", "missing; `grokray search` needs a search: block with a space (see README)")
-    if not isinstance(raw, dict):
-        raise SpecError("search", f"expected a mapping, got {raw!r}")
-    for key in raw:
-        if key not in SEARCH_KEYS:
-            raise unknown_key_error("search", key, SEARCH_KEYS)
+    check_block(raw, "search", SEARCH_KEYS)
     space_raw = raw.get("space")
     if not isinstance(space_raw, dict) or not space_raw:
         raise SpecError("search.space", f"expected a mapping of dotted field -> distribution, got {space_raw!r}")

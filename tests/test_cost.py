@@ -10,8 +10,8 @@ import pytest
 from grokray.engine.cost import StepCost, calibrate, step_seconds
 from grokray.spec import build_spec, load_spec
 from grokray.sweep.estimate import (
+    LONG_SHARE,
     PACK_START_S,
-    STOP_SHARE,
     SWEEP_S,
     estimate_plan,
     pack_seconds,
@@ -70,12 +70,18 @@ def test_pack_seconds_and_the_plans_estimate_follow_the_step_costs():
     assert [len(p.members) for p in plan.packs] == [5, 5, 5, 5]
     cost = StepCost(a=1e-3, b=2e-4)
     budget = 10000
-    # the per-step overhead runs to the last member's end; each member costs b for the share it trains
-    expected = PACK_START_S + 5 * 0.05 + cost.a * budget + cost.b * 5 * budget * STOP_SHARE
-    assert pack_seconds(plan.packs[0], cost) == pytest.approx(expected)
-    upper = PACK_START_S + 5 * 0.05 + (cost.a + cost.b * 5) * budget
+    start = PACK_START_S + 5 * 0.05
+    # half of the five train to the budget: the pack is compacted to ceil(2.5) = 3 members for its whole run
+    assert LONG_SHARE == 0.5
+    assert pack_seconds(plan.packs[0], cost) == pytest.approx(start + budget * (cost.a + 3 * cost.b))
+    upper = start + (cost.a + cost.b * 5) * budget
     assert pack_seconds(plan.packs[0], cost, expected=False) == pytest.approx(upper)
+    # members that never stop early (stop_when_classified off) all run to the end
+    still = expand(load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5",
+                                                                  "phases.stop_when_classified=false"]), slots=2)
+    assert pack_seconds(still.packs[0], cost) == pytest.approx(upper)
     flat = estimate_plan(plan, calibrate_costs=False, slots=2)  # 1700 model-steps/s: b = 1/1700, a = 0
-    per_pack = PACK_START_S + 5 * 0.05 + 5 * budget / 1700
+    per_pack = start + 5 * budget / 1700
     assert flat.upper_seconds == pytest.approx(SWEEP_S + 2 * per_pack)
-    assert flat.seconds < flat.upper_seconds and "assumed 1700" in flat.basis
+    assert flat.seconds == pytest.approx(SWEEP_S + 2 * (start + 3 * budget / 1700))
+    assert "assumed 1700" in flat.basis

@@ -118,7 +118,7 @@ def test_incompatible_configs_refuse_to_share_a_pack():
 
 
 COMPACTING = {  # members, base, resume point, members still packed there, tolerance against solo runs
-    # joint step: halved once two of four had stopped (at step 120)
+    # joint step: compacted as members stopped (a quarter at a time): two of four left at step 150
     "joint": ([["train.steps=120"], [], DIVERGING, ["seeds=[7]", "optim.default.lr=0.02"]], SGD, 150, [1, 3], 1e-6),
     # split step: the held-out index sets are compacted and checkpointed too (short members leave at 60 and 80)
     "split": ([["train.steps=60"], ["task.train_fraction=0.3", "train.steps=80"], ["seeds=[2]"]], TRANSFORMER, 100,

@@ -25,24 +25,27 @@ class StepCost:
         return self.a + self.b * k
 
 
-def step_seconds(configs: list, device: str = "cpu", min_seconds: float = 0.25, warmup: int = 1) -> float:
-    """Seconds per training step of a pack of `configs`, after `warmup` steps (first-call allocations), timed over
-    >= min_seconds or one step, whichever is longer (an RFM iteration at p = 61 takes about a second)."""
+def step_seconds(configs: list, device: str = "cpu", min_seconds: float = 0.25, warmup_s: float = 0.15) -> float:
+    """Seconds per training step of a pack of `configs`: steps for `warmup_s` first (the first steps fault in the
+    activations' pages and run 30% slower), then timed over >= min_seconds, or one step, whichever is longer (an
+    RFM iteration at p = 61 takes about a second)."""
     from . import make_trainer
 
     trainer = make_trainer(configs, device=device)
     t0 = time.perf_counter()
-    trainer.run(until=warmup)
-    first = (time.perf_counter() - t0) / max(trainer.step, 1)
+    trainer.run(until=1)
+    first = time.perf_counter() - t0
     if first >= min_seconds:  # a slow step (an RFM iteration): its first-call overhead is noise, take it as is
         return first
+    while time.perf_counter() - t0 < warmup_s and not trainer.done():
+        trainer.run(until=trainer.step + 1)
     steps, elapsed, chunk = 0, 0.0, 1
     while elapsed < min_seconds and not trainer.done():
-        start_step, t0 = trainer.step, time.perf_counter()
+        start_step, t1 = trainer.step, time.perf_counter()
         trainer.run(until=trainer.step + chunk)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        elapsed += time.perf_counter() - t0
+        elapsed += time.perf_counter() - t1
         steps += trainer.step - start_step
         chunk = min(chunk * 2, 64)
         if trainer.step == start_step:  # the pack ended (every member classified) before the window closed

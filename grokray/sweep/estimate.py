@@ -3,21 +3,24 @@
 Each pack's step cost a + b*K is measured on this machine (engine.cost.calibrate) for a handful of packs spread
 over the plan; the other packs take the cost of the nearest calibrated one (round-robin dealing makes neighbours
 alike). A pack then costs its Tune trial's start-up plus its steps, and the packs are scheduled longest first
-onto the concurrent slots. Members stop once classified, which no estimate can know in advance: it assumes each
-member trains STOP_SHARE of its budget (a grid spans fast-generalizing and run-to-the-end phases) and reports the
-every-member-to-its-budget figure beside it as the upper bound.
+onto the concurrent slots. Members stop once classified, which no estimate can know in advance; the phases
+split them in two: those that generalize stop within a few percent of the budget, the memorization and
+confusion ones train to its end. The estimate assumes LONG_SHARE of each pack's members are of the second kind,
+and that the pack sheds the others as the engine does (PackTrainer compacts once a quarter has stopped); the
+every-member-to-its-budget figure is reported beside it as the upper bound.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from dataclasses import dataclass, field
 
 from ..engine.cost import StepCost, calibrate
 from .expand import Pack, Plan, local_slots, model_steps
 
-STOP_SHARE = 0.5  # share of its budget a member is expected to train when stop_when_classified
+LONG_SHARE = 0.5  # members expected to train to their budget (in Liu's 6b grids: 0.32 at low lr, 0.60 at high)
 PACK_START_S = 5.0  # a Tune trial: worker process, imports (torch, ray.tune, mlflow), pack built, runs opened
 MEMBER_S = 0.05  # per member: its MLflow child run created, curves delivered, closed
 SWEEP_S = 12.0  # Ray started and stopped, parent run opened and closed, phase counts gathered
@@ -44,8 +47,9 @@ class Estimate:
             f"configurations: {self.configurations}",
             f"packs:          {self.packs}  ({self.slots} at once)",
             f"model-steps:    {self.model_steps}  (sum of min(train.steps, phases.budget))",
-            f"estimate:       {fmt_minutes(self.seconds)}  (members trained {STOP_SHARE:.0%} of their budget on "
-            f"average; upper bound {fmt_minutes(self.upper_seconds)} if every member runs to its budget)",
+            f"estimate:       {fmt_minutes(self.seconds)}  (if {LONG_SHARE:.0%} of the members train to their "
+            f"budget and the rest stop early; upper bound {fmt_minutes(self.upper_seconds)} if every one trains "
+            "to its budget)",
             f"step costs:     {self.basis}",
         ]
 
@@ -54,18 +58,23 @@ def fmt_minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def _share(member) -> float:
-    return STOP_SHARE if member.config.phases.stop_when_classified else 1.0
-
-
 def pack_seconds(pack: Pack, cost: StepCost, expected: bool = True) -> float:
-    """Start-up + steps: the per-step overhead runs until the pack's last member stops, the per-member cost for
-    each member's own steps."""
+    """Start-up + steps. Expected: the pack runs to its longest budget at the size it shrinks to once the members
+    that stop early have left it (LONG_SHARE of them stay; a pack keeps its size while more than three quarters
+    train on). Upper: every member trains to its budget."""
     steps = [model_steps(m.config) for m in pack.members]
-    shares = [_share(m) if expected else 1.0 for m in pack.members]
-    longest = max(steps) * (1.0 if len(steps) > 1 else shares[0])
-    member_steps = sum(s * f for s, f in zip(steps, shares, strict=True))
-    return PACK_START_S + MEMBER_S * len(steps) + cost.a * longest + cost.b * member_steps
+    k, longest = len(steps), max(steps)
+    start = PACK_START_S + MEMBER_S * k
+    if not expected:
+        return start + cost.a * longest + cost.b * sum(steps)
+    stopping = [m.config.phases.stop_when_classified for m in pack.members]
+    if not any(stopping):
+        return start + cost.a * longest + cost.b * sum(steps)
+    if k == 1:
+        return start + LONG_SHARE * longest * cost.seconds(1)
+    long_members = sum(1 for s in stopping if not s) + LONG_SHARE * sum(stopping)
+    kept = k if long_members > 0.75 * k else max(1, math.ceil(long_members))
+    return start + longest * cost.seconds(kept)
 
 
 def schedule(durations: list[float], slots: int) -> float:

@@ -39,6 +39,7 @@ def step_seconds(configs: list, device: str = "cpu", min_seconds: float = 0.25, 
         return first
     while time.perf_counter() - t0 < warmup_s and not trainer.done():
         trainer.run(until=trainer.step + 1)
+    warm = (time.perf_counter() - t0) / max(trainer.step, 1)  # if the pack ends before the timed window
     steps, elapsed, chunk = 0, 0.0, 1
     while elapsed < min_seconds and not trainer.done():
         start_step, t1 = trainer.step, time.perf_counter()
@@ -50,7 +51,7 @@ def step_seconds(configs: list, device: str = "cpu", min_seconds: float = 0.25, 
         chunk = min(chunk * 2, 64)
         if trainer.step == start_step:  # the pack ended (every member classified) before the window closed
             break
-    return elapsed / max(steps, 1)
+    return elapsed / steps if steps else warm
 
 
 def calibrate(configs: list, device: str = "cpu", threads: int = 1, min_seconds: float = 0.25) -> StepCost:

@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 
-from grokray.tracking.local_servers import LocalPostgres, MlflowServer
+from grokray.tracking.local_servers import GUNICORN_OPTS, LocalPostgres, MlflowServer
 from grokray.tracking.mlflow_runs import SERVER_CONCURRENCY
 
 SERIES = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
@@ -115,9 +115,11 @@ def main():
     parser.add_argument("--concurrency", default=f"1,{SERVER_CONCURRENCY}",
                         help="requests in flight per writer; 1 is the serial client of before")
     parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--uvicorn", action="store_true", help="MLflow's default uvicorn server, not gunicorn")
     args = parser.parse_args()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.machine()}, {os.cpu_count()} cores; mlflow server "
-          f"--workers {args.server_workers} on 127.0.0.1; K={args.members} members per writer, "
+          f"--workers {args.server_workers} ({'uvicorn' if args.uvicorn else 'gunicorn ' + GUNICORN_OPTS}) on "
+          f"127.0.0.1; K={args.members} members per writer, "
           f"{args.reports * args.points * len(SERIES) + 4} points per run")
     print("| backend | writers | requests in flight per writer | runs | runs/s | points/s | delivery p50 ms | "
           "p99 ms | wall s |")
@@ -132,7 +134,8 @@ def main():
                     pg = LocalPostgres().start()
                     store = pg.uri
                 os.makedirs(f"{root}/{backend}", exist_ok=True)
-                servers[backend] = MlflowServer(f"{root}/{backend}", store, workers=args.server_workers).start()
+                servers[backend] = MlflowServer(f"{root}/{backend}", store, workers=args.server_workers,
+                                                gunicorn=not args.uvicorn).start()
             for srv in servers.values():  # first requests: connection pools, SQLAlchemy's first queries
                 measure(srv.url, 2, 4, 1, args.points, SERVER_CONCURRENCY)
             for writers in (int(w) for w in args.writers.split(",")):

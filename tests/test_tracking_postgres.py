@@ -28,7 +28,7 @@ def test_the_cluster_recipe_reaches_postgres_with_the_pgpass_password_only(tmp_p
     assert re.search(r'printf "CREATE ROLE mlflow LOGIN PASSWORD .*" "\$PW" \| sudo -u postgres psql', setup)
     uri = re.search(r"--backend-store-uri (\S+)", start).group(1)
     assert uri == "postgresql+psycopg://mlflow@127.0.0.1:5432/mlflow"  # no password in the URI or on argv
-    assert "--workers 8" in start and "sqlite" not in start
+    assert "--workers 8 --gunicorn-opts '--threads 8 --timeout 120'" in start and "sqlite" not in start
 
     with LocalPostgres(host_auth="scram-sha-256") as pg:
         password = os.urandom(12).hex()

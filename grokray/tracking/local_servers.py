@@ -131,7 +131,7 @@ class MlflowServer:
     def start(self, timeout_s: float = 90.0) -> MlflowServer:
         mlflow = Path(sys.executable).with_name("mlflow")
         self.proc = subprocess.Popen(
-            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
+            [str(mlflow), "server", "--host=127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
              "--backend-store-uri", self.backend, "--artifacts-destination", str(self.root / "artifacts"),
              *(["--gunicorn-opts", GUNICORN_OPTS] if self.gunicorn else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,

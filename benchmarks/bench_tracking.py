@@ -121,7 +121,8 @@ def main():
           f"--workers {args.server_workers} ({'uvicorn' if args.uvicorn else 'gunicorn ' + GUNICORN_OPTS}) on "
           f"127.0.0.1; K={args.members} members per writer, "
           f"{args.reports * args.points * len(SERIES) + 4} points per run")
-    print("| backend | writers | requests in flight per writer | runs (FINISHED) | runs/s | points/s | delivery p50 ms | "
+    print("| backend | writers | requests in flight per writer | runs (FINISHED) | runs/s | points/s | "
+          "delivery p50 ms | "
           "p99 ms | wall s | points left in spools |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     servers = {}

@@ -85,3 +85,20 @@ def test_pack_seconds_and_the_plans_estimate_follow_the_step_costs():
     assert flat.upper_seconds == pytest.approx(SWEEP_S + 2 * per_pack)
     assert flat.seconds == pytest.approx(SWEEP_S + 2 * (start + 3 * budget / 1700))
     assert "assumed 1700" in flat.basis
+
+
+def test_a_pack_too_big_to_measure_here_falls_back_to_the_assumed_rate():
+    # one member's 20000 x 20000 hidden layer with Adam's moments (~6.4 GB) is more than the calibration may add
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=2", "model.hidden=[20000,20000]",
+                                                          "sweep.optim.decoder.weight_decay.values=[0]"])
+    plan = expand(spec, slots=2)
+    est = estimate_plan(plan, slots=2)
+    assert est.costs == {} and "does not fit this machine's memory" in est.basis and "assumed 1700" in est.basis
+    assert est.upper_seconds == pytest.approx(estimate_plan(plan, calibrate_costs=False, slots=2).upper_seconds)
+
+
+def test_a_spec_asking_for_more_cpus_than_exist_calibrates_on_the_cores_there_are():
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.cpu=100000", "resources.pack_size=2",
+                                                          "sweep.optim.decoder.weight_decay.values=[0]"])
+    est = estimate_plan(expand(spec, slots=1), slots=1)  # 1e5 OpenMP threads would crash the process
+    assert len(est.costs) >= 1 and all(c.b > 0 or c.a > 0 for c in est.costs.values())

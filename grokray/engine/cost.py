@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .sizing import usable_threads
+
 
 @dataclass(frozen=True)
 class StepCost:
@@ -57,7 +59,7 @@ def step_seconds(configs: list, device: str = "cpu", min_seconds: float = 0.25, 
 def calibrate(configs: list, device: str = "cpu", threads: int = 1, min_seconds: float = 0.25) -> StepCost:
     """Measure a pack's StepCost with `threads` torch threads (what its Tune trial gets: resources.cpu)."""
     saved = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads))
+    torch.set_num_threads(usable_threads(threads))
     try:
         full = step_seconds(configs, device, min_seconds)
         if len(configs) == 1:

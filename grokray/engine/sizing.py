@@ -2,11 +2,54 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 CPU_WORKING_SET = 48 * 2**20  # bytes: stay near the last-level cache so stacking does not thrash memory
 GPU_FRACTION = 0.5  # of free device memory, leaving room for the other packs sharing the card
 MAX_PACK = 1024
+PROBE_BYTES = 4 * 2**30  # address space a sizing probe or a calibration may add before it counts as a mistake
+
+
+def usable_threads(requested: float) -> int:
+    """Torch threads for `resources.cpu`, never more than this machine's cores: a spec asking for 1e5 CPUs
+    would otherwise make OpenMP create 1e5 threads and crash the process (a local dry run's calibration)."""
+    return max(1, min(int(requested), os.cpu_count() or 1))
+
+
+class AddressSpaceCap:
+    """Cap this process's address space at what it uses now plus `extra` bytes while a probe or a calibration
+    builds a spec's model: a typo such as `task.p: 1000000` or `hidden: [1e9]` then fails as a MemoryError
+    instead of swapping the machine to death (or getting the test runner killed)."""
+
+    def __init__(self, extra: int = PROBE_BYTES):
+        self.extra = extra
+        self.saved = None
+
+    def __enter__(self):
+        try:
+            import resource
+
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            with open("/proc/self/statm") as f:
+                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            cap = used + self.extra
+            if hard == resource.RLIM_INFINITY or cap < hard:
+                resource.setrlimit(resource.RLIMIT_AS, (cap if soft == resource.RLIM_INFINITY else min(cap, soft),
+                                                        hard))
+                self.saved = (soft, hard)
+        except (ImportError, OSError, ValueError):
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, self.saved)
+            self.saved = None
+        return False
 
 
 def member_bytes(trainer_probe) -> int:

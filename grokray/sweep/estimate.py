@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.cost import StepCost, calibrate
+from ..engine.sizing import AddressSpaceCap
 from .expand import Pack, Plan, local_slots, model_steps
 
 LONG_SHARE = 0.5  # members expected to train to their budget (in Liu's 6b grids: 0.32 at low lr, 0.60 at high)
@@ -113,22 +114,33 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     device = "cuda" if res.gpu > 0 else "cpu"
     can_measure = device == "cpu" or _cuda()
     costs: dict[str, StepCost] = {}
+    too_big = 0
     if calibrate_costs and can_measure:
         start = time.perf_counter()
         for i in _sampled(len(plan.packs), MAX_CALIBRATED):
-            if costs and time.perf_counter() - start > CALIBRATION_S:
+            if (costs or too_big) and time.perf_counter() - start > CALIBRATION_S:
                 break
             pack = plan.packs[i]
-            costs[pack.pack_id] = calibrate([m.config for m in pack.members], device, threads=int(max(1, res.cpu)))
-        order = [i for i, p in enumerate(plan.packs) if p.pack_id in costs]
+            try:
+                with AddressSpaceCap():
+                    costs[pack.pack_id] = calibrate([m.config for m in pack.members], device,
+                                                    threads=int(max(1, res.cpu)))
+            except (MemoryError, RuntimeError) as exc:  # a pack bigger than this machine: not measurable here
+                if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+                    raise
+                too_big += 1
+    order = [i for i, p in enumerate(plan.packs) if p.pack_id in costs]
+    rate = ASSUMED_GPU_RATE if device == "cuda" else ASSUMED_CPU_RATE
+    flat = StepCost(0.0, 1.0 / rate)
+    assumed = f"assumed {rate:g} model-steps/s per {'pack' if device == 'cuda' else 'core'}"
+    if order:
         basis = (f"measured here on {len(costs)} of {len(plan.packs)} packs (a + b*K seconds per step; others take "
                  f"the nearest measured pack's)")
+    elif too_big:
+        basis = f"{assumed} (a pack does not fit this machine's memory to measure it)"
     else:
-        rate = ASSUMED_GPU_RATE if device == "cuda" else ASSUMED_CPU_RATE
-        order = []
         why = "--no-calibrate" if not calibrate_costs else "no CUDA device here to measure on"
-        basis = f"assumed {rate:g} model-steps/s per {'pack' if device == 'cuda' else 'core'} ({why})"
-        flat = StepCost(0.0, 1.0 / rate)
+        basis = f"{assumed} ({why})"
     expected, upper = [], []
     for i, pack in enumerate(plan.packs):
         if order:

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..engine import max_pack_size, pack_signature
-from ..engine.sizing import auto_pack_size
+from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size
 from ..spec import Spec, TrialConfig
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
@@ -138,43 +138,11 @@ def _deal(items: list, size: int) -> list[list]:
     return [items[i::count] for i in range(count)]
 
 
-PROBE_BYTES = 4 * 2**30  # address space the one-member sizing probe may add before it counts as a spec mistake
-
-
-class _ProbeLimit:
-    """Cap this process's address space while the sizing probe builds one member: a spec typo such as
-    `task.p: 1000000` or `hidden: [1e9]` then fails as a MemoryError instead of swapping the machine to death."""
-
-    def __enter__(self):
-        self.saved = None
-        try:
-            import resource
-
-            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-            with open("/proc/self/statm") as f:
-                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-            cap = used + PROBE_BYTES
-            if hard == resource.RLIM_INFINITY or cap < hard:
-                resource.setrlimit(resource.RLIMIT_AS, (cap if soft == resource.RLIM_INFINITY else min(cap, soft),
-                                                        hard))
-                self.saved = (soft, hard)
-        except (ImportError, OSError, ValueError):
-            pass
-        return self
-
-    def __exit__(self, *exc):
-        if self.saved is not None:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_AS, self.saved)
-        return False
-
-
 def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float, gpu_free_bytes: int | None) -> int:
     from ..errors import SpecError
 
     try:
-        with _ProbeLimit():
+        with AddressSpaceCap(PROBE_BYTES):
             return auto_pack_size(config, n, device, gpu_fraction=frac, free_bytes=gpu_free_bytes)
     except (MemoryError, RuntimeError) as exc:
         if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():

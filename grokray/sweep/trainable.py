@@ -54,13 +54,14 @@ def train_pack(config: dict) -> None:
     from ray import tune
 
     from ..engine import load_checkpoint, make_trainer, save_checkpoint
+    from ..engine.sizing import usable_threads
     from ..spec import parse_trial
     from ..tracking import PackTracker
 
     started = time.perf_counter()
     pack, ctx = config["pack"], config["grokray"]
     configs = [parse_trial(m["config"]) for m in pack["members"]]
-    torch.set_num_threads(max(1, int(ctx.get("cpu", 1))))
+    torch.set_num_threads(usable_threads(ctx.get("cpu", 1)))
     placement = gpu_placement()
     device = "cuda" if ctx.get("gpu", 0) > 0 else "cpu"
     if device == "cuda" and not torch.cuda.is_available():

@@ -82,7 +82,7 @@ def test_dry_run_counts_match_the_real_sweep(local_ray, tmp_path, capsys):
     assert main(["run", str(QUICKSTART), "--scale", "smoke", "--dry-run", *overrides]) == 0
     out = capsys.readouterr().out
     numbers = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    configs, packs = int(numbers["configurations"]), int(numbers["packs"])
+    configs, packs = int(numbers["configurations"]), int(numbers["packs"].split()[0])  # "2  (2 at once)"
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = main(["run", str(QUICKSTART), "--scale", "smoke", *overrides, "--tracking-uri", uri,
                  "--storage", str(tmp_path / "results"), "--checkpoint-every", "25"])

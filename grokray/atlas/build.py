@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .page import PieceTiming, write_index, write_page
+from .page import PieceTiming, page_is_current, write_index, write_page
 from .plan import Figure, plan_atlas
 from .runner import ESTIMATE_METRIC, UPPER_METRIC, PieceRecord, estimate_piece, run_figure
 
@@ -55,6 +55,16 @@ def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracki
     results = []
     for figure in figures:
         try:
+            stored = run_figure(figure, tracking_uri, storage, run=False, log=lambda *_: None)
+            kept = page_is_current(figure, out_dir) if all(not r.parent_run_id for r in stored) else None
+            if kept is not None:  # MLflow here holds nothing of it, but the committed page is of these very pieces
+                page = Path(out_dir) / f"{figure.stem}.md"
+                timings = [PieceTiming("(page)", kept["configurations"], 0, kept["estimate_s"], kept["estimate_s"],
+                                       kept["measured_s"])]
+                log(f"[atlas] {figure.stem}: {page} is of these pieces (same spec hashes) and this MLflow store holds "
+                    "none of them: kept (delete the page to train the figure again)")
+                results.append(FigureResult(figure, stored, timings, page))
+                continue
             records = run_figure(figure, tracking_uri, storage, run=run, progress=progress, log=log)
             if any(not r.parent_run_id for r in records):
                 missing = [r.name for r in records if not r.parent_run_id]

@@ -312,8 +312,19 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     (out / f"{figure.stem}.json").write_text(json.dumps({
         "figure": figure.stem, "spec": figure.path.as_posix(), "scale": figure.scale, "title": figure.title,
         "configurations": int(len(df)), "estimate_s": round(estimate, 1), "measured_s": round(measured, 1),
-        "counts": {p: int(n) for p, n in counts.items() if n}, **summary}, indent=1) + "\n")
+        "counts": {p: int(n) for p, n in counts.items() if n},
+        "pieces": {pc.name: pc.spec.hash() for pc in figure.pieces}, **summary}, indent=1) + "\n")
     return page
+
+
+def page_is_current(figure: Figure, out_dir: str | Path) -> dict | None:
+    """The JSON summary of the figure's page in out_dir when it was written from exactly these pieces (same spec
+    hashes): a checkout that carries the page need not train the figure again to have it."""
+    path = Path(out_dir) / f"{figure.stem}.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("pieces") == {pc.name: pc.spec.hash() for pc in figure.pieces} else None
 
 
 def write_index(out_dir: str | Path) -> Path:

@@ -190,6 +190,8 @@ def test_known_bad_inputs_name_their_field(workdir):
     path = workdir / "spec.yaml"
     cases = {
         ("task", "p"): ({"op": "div", "p": 21}, "task.p"),
+        ("task",): ({"name": "modular", "op": "div", "p": 1000003}, "task.p: got 1000003; must be >= 2 and <= 5000"),
+        # a prime: refused by its bound, not after probing a 1e12-pair table
         ("train", "steps"): ("nan", "train.steps"),
         ("optim", "default", "lr"): ("NaN", "optim.default.lr"),
         ("model", "hidden"): (deep(80), "model.hidden"),
@@ -197,7 +199,7 @@ def test_known_bad_inputs_name_their_field(workdir):
     }
     for where, (value, field) in cases.items():
         spec = yaml.safe_load(yaml.safe_dump(GOOD))
-        if isinstance(value, dict) and where == ("task", "p"):
+        if isinstance(value, dict) and where[0] == "task":
             spec["task"].update(value)
         else:
             _set(spec, where, value)

@@ -13,6 +13,9 @@ from ..errors import SpecError
 from . import TASKS
 from .base import SplitFields, TaskData, random_split
 
+MAX_P = 5000  # a p x p table of 25 million pairs; the papers use p <= 113, and a typo such as p: 1000003 should be
+# refused at once rather than probed for memory (or trial-divided for primality) for minutes
+
 
 def is_prime(n: int) -> bool:
     return n >= 2 and all(n % d for d in range(2, int(n**0.5) + 1))
@@ -61,7 +64,7 @@ class ModularTask(SplitTask):
     """
 
     op: Literal["add", "sub", "mul", "div", "x2_plus_y2", "x2_plus_xy_plus_y2"] = "add"
-    p: int = bounded(97, ge=2)
+    p: int = bounded(97, ge=2, le=MAX_P)
     split_mode: Literal[
         "random", "withhold_diagonal", "withhold_reflection", "withhold_symmetric", "random_control"
     ] = "random"
@@ -152,7 +155,7 @@ def withheld_points(task: ModularTask, x: torch.Tensor, gen: torch.Generator) ->
 class AdditionTask(SplitTask):
     """Liu et al.'s toy addition: unordered pairs i <= j of 0..p-1, label i + j (2p - 1 classes)."""
 
-    p: int = bounded(10, ge=2)
+    p: int = bounded(10, ge=2, le=MAX_P)
 
     def validate(self, path):
         self.validate_split(path, self.p * (self.p + 1) // 2)

@@ -151,9 +151,11 @@ class MlflowServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # its uvicorn/gunicorn workers go with it
+            # SIGINT: gunicorn's quick shutdown (SIGTERM is its graceful one, which waits up to 30 s on idle
+            # keep-alive connections); the whole group, so its uvicorn/gunicorn workers go with it
+            os.killpg(self.proc.pid, signal.SIGINT)
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)

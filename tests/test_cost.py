@@ -102,3 +102,30 @@ def test_a_spec_asking_for_more_cpus_than_exist_calibrates_on_the_cores_there_ar
                                                           "sweep.optim.decoder.weight_decay.values=[0]"])
     est = estimate_plan(expand(spec, slots=1), slots=1)  # 1e5 OpenMP threads would crash the process
     assert len(est.costs) >= 1 and all(c.b > 0 or c.a > 0 for c in est.costs.values())
+
+
+class _FirstStepSlowTrainer:
+    """A trainer whose first step pays a one-time 0.3 s (a fresh process's start-up) and then takes 1 ms a step;
+    a real one cannot be made to do that on demand."""
+
+    def __init__(self, first_s=0.3, step_s=1e-3, steps=10**6):
+        self.step, self.first_s, self.step_s, self.steps = 0, first_s, step_s, steps
+
+    def done(self):
+        return self.step >= self.steps
+
+    def run(self, until):
+        import time
+
+        while self.step < until:
+            time.sleep(self.first_s if self.step == 0 else self.step_s)
+            self.step += 1
+
+
+def test_a_slow_first_step_is_not_taken_for_the_step_cost(monkeypatch):
+    import grokray.engine as engine
+
+    monkeypatch.setattr(engine, "make_trainer", lambda configs, device="cpu": _FirstStepSlowTrainer())
+    assert step_seconds([None]) < 0.01  # the warm 1 ms steps, not the 0.3 s start-up
+    monkeypatch.setattr(engine, "make_trainer", lambda configs, device="cpu": _FirstStepSlowTrainer(0.3, 0.3, 5))
+    assert step_seconds([None]) == pytest.approx(0.3, rel=0.5)  # a genuinely slow step (an RFM iteration) stays

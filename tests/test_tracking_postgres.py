@@ -66,6 +66,7 @@ def postgres_server(tmp_path_factory):
         yield pg, server
 
 
+@pytest.mark.reliability  # ~70 s with its server; `make reliability` (and CI) runs it, keeping `make test` short
 def test_a_sweep_through_a_postgres_backed_server(local_ray, tmp_path, postgres_server):
     from grokray.spec import load_spec
     from grokray.sweep.runner import SweepOptions, run_sweep

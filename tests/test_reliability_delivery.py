@@ -197,3 +197,56 @@ def test_send_many_raises_a_bad_request_and_keeps_batches_of_one_run_in_order(tm
     courier = Courier(client, tmp_path / "t.jsonl", workers=4)
     courier.send_many([batch("r", [0]), batch("r", [1]), batch("q", [0])])  # two of one run: sent in order
     assert client.points[("r", "train/acc")] == [0, 1]
+
+
+def test_a_server_that_accepts_but_does_not_answer_costs_a_send_the_probe_not_the_request_timeout(tmp_path):
+    """A restarting `mlflow server` listens before its workers serve: a request then hangs for the HTTP timeout
+    (twice, with MLflow's one retry). With a backlog waiting, the courier asks the short probe instead."""
+    import socket
+    import threading
+    import time
+    from functools import partial
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from grokray.tracking.delivery import server_answers
+
+    booting = socket.socket()
+    booting.bind(("127.0.0.1", 0))
+    booting.listen(16)  # connections complete in the kernel's backlog; nobody accepts them
+    uri = f"http://127.0.0.1:{booting.getsockname()[1]}"
+
+    class NoHealth(BaseHTTPRequestHandler):  # a proxy without /health: any HTTP answer means "up"
+        def do_GET(self):
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    proxy = HTTPServer(("127.0.0.1", 0), NoHealth)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        assert not server_answers(uri, timeout_s=0.5)
+        assert time.monotonic() - t0 < 3
+        assert server_answers(f"http://127.0.0.1:{proxy.server_address[1]}")
+        assert not server_answers("http://127.0.0.1:1")  # refused
+
+        client, clock = FlakyClient(), Clock()
+        probes = []
+        courier = Courier(client, tmp_path / "p.jsonl", clock=clock, sleep=clock.sleep, attempts=1,
+                          probe=lambda: probes.append(clock.t) or server_answers(uri, timeout_s=0.5))
+        client.up = False
+        courier.send(batch("r", [0]))  # the outage is found by a refused request; no probe yet
+        client.up = True  # the "client" would answer now, but the server behind the probe still boots
+        t0 = time.monotonic()
+        for i in range(1, 20):
+            clock.t += 1.0
+            courier.send(batch("r", [i]))
+        assert time.monotonic() - t0 < 10  # ~5 probes of 0.5 s over 19 simulated seconds, not 19 requests
+        assert 3 <= len(probes) <= 6 and not client.points  # backoff spaced the probes; the order held
+        courier.probe = partial(server_answers, f"http://127.0.0.1:{proxy.server_address[1]}")  # server is up
+        assert courier.close(wait_s=120) == 0
+        assert client.points[("r", "train/acc")] == list(range(20))
+    finally:
+        booting.close()
+        proxy.shutdown()

@@ -49,7 +49,23 @@ def quick_failing_http() -> None:
     ask for one quick retry (the user's own MLFLOW_HTTP_REQUEST_* settings win)."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
+def server_answers(uri: str, timeout_s: float = 2.0) -> bool:
+    """Whether an HTTP tracking server answers at all (any HTTP status counts: a proxy without /health is up).
+    A restarting `mlflow server` accepts connections before its workers can serve them, and a request sent
+    then hangs until its timeout; this probe stands in for it while a backlog waits, so training is not held."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
+        return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass
@@ -75,21 +91,21 @@ class Batch:
                    tags=rec.get("tags") or {}, terminate=rec.get("terminate"), id=rec["batch"])
 
 
-def deliver(client, batch: Batch, dedup: bool) -> int:
+def deliver(client, batch: Batch, dedup: bool, attempts: int = 3) -> int:
     """Send one batch with as few log_batch calls as MLflow's limits allow; returns calls made. With `dedup`,
-    points at or below the run's latest stored step of their key are dropped first."""
+    points at or below the run's latest stored step of their key are dropped first. `attempts` per request."""
     from .mlflow_runs import _retry, log_metrics
 
     metrics = batch.metrics
     if dedup and metrics:
-        stored = {m.key: m.step for m in _retry(client.get_run, batch.run_id, attempts=3).data._metric_objs}
+        stored = {m.key: m.step for m in _retry(client.get_run, batch.run_id, attempts=attempts).data._metric_objs}
         metrics = [m for m in metrics if m[3] > stored.get(m[0], -1)]
     objs = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in metrics]
     calls = dedup
     if objs or batch.params or batch.tags:
-        calls += log_metrics(client, batch.run_id, objs, batch.tags, batch.params, attempts=3)
+        calls += log_metrics(client, batch.run_id, objs, batch.tags, batch.params, attempts=attempts)
     if batch.terminate:
-        _retry(client.set_terminated, batch.run_id, batch.terminate, attempts=3)
+        _retry(client.set_terminated, batch.run_id, batch.terminate, attempts=attempts)
         calls += 1
     return calls
 
@@ -178,11 +194,16 @@ def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: lis
 class Courier:
     """Ordered delivery of batches for one worker: straight through while the server answers, spooled and
     retried while it does not. The memory queue is always a prefix of the spool's undelivered batches, so
-    batches go out in the order they were made (replay's step check relies on that)."""
+    batches go out in the order they were made (replay's step check relies on that).
+
+    For a tracking server, `probe` (e.g. `server_answers`) is asked before the backlog is retried, and each
+    request is tried `attempts` times: the courier's own backoff is the retry, so a server that is away or
+    restarting costs a send a refused connection or a short probe, not MLflow's request timeout."""
 
     def __init__(self, client, spool_path: str | Path, max_points: int = 200_000, block_s: float = 0.0,
-                 clock=time.monotonic, sleep=time.sleep, workers: int = 1):
+                 clock=time.monotonic, sleep=time.sleep, workers: int = 1, probe=None, attempts: int = 3):
         self.client = client
+        self.probe, self.attempts = probe, attempts
         self.workers = workers  # concurrent requests for send_many (a tracking server: 8; a SQLite file: 1)
         self._threads = None
         self.spool = Spool(spool_path)
@@ -230,12 +251,15 @@ class Courier:
             return True
         if self.clock() < self.next_try:
             return False
+        if self.probe is not None and not self.probe():
+            self._failed(ConnectionError("the tracking server does not answer"))
+            return False
         while True:
             self._refill()
             if not self.queue:
                 return True
             try:
-                self.calls += deliver(self.client, self.queue[0], dedup=True)
+                self.calls += deliver(self.client, self.queue[0], dedup=True, attempts=self.attempts)
             except Exception as exc:  # noqa: BLE001
                 self._failed(exc)
                 return False
@@ -245,7 +269,7 @@ class Courier:
     def send(self, batch: Batch) -> None:
         if self.flush():
             try:
-                self.calls += deliver(self.client, batch, dedup=False)
+                self.calls += deliver(self.client, batch, dedup=False, attempts=self.attempts)
                 return
             except Exception as exc:  # noqa: BLE001
                 self._failed(exc)
@@ -278,7 +302,7 @@ class Courier:
 
     def _attempt(self, batch: Batch) -> tuple[int, BaseException | None]:
         try:
-            return deliver(self.client, batch, dedup=False), None
+            return deliver(self.client, batch, dedup=False, attempts=self.attempts), None
         except Exception as exc:  # noqa: BLE001 - judged by the caller, on the sending thread
             return 0, exc
 

@@ -13,12 +13,22 @@ import os
 import re
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from .delivery import SPOOL_DIRNAME, Batch, Courier, is_transient, quick_failing_http, replay_dir, spool_files
+from .delivery import (
+    SPOOL_DIRNAME,
+    Batch,
+    Courier,
+    is_transient,
+    quick_failing_http,
+    replay_dir,
+    server_answers,
+    spool_files,
+)
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 OPEN_ATTEMPTS = 12  # opening a pack's runs waits out a tracking server restart of about a minute
@@ -274,7 +284,9 @@ class PackTracker:
         self.spool_dir = Path(ctx.get("spool_dir") or Path.home() / ".grokray" / SPOOL_DIRNAME / ctx["parent_run_id"])
         self.courier = Courier(self.client, self.spool_dir / f"{pack['pack_id']}-{os.getpid()}-{_now_ms()}.jsonl",
                                max_points=int(ctx.get("buffer_points", 200_000)),
-                               block_s=float(ctx.get("buffer_block_s", 0.0)), workers=self.workers)
+                               block_s=float(ctx.get("buffer_block_s", 0.0)), workers=self.workers,
+                               probe=partial(server_answers, ctx["tracking_uri"]) if server else None,
+                               attempts=1 if server else 3)
 
     @property
     def calls(self) -> int:

@@ -179,3 +179,12 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
         p.name: p.spec.hash() for p in plan_figure(spec, "reduced").pieces}
     assert len(MlflowClient(fresh).search_experiments()) <= 1  # at most MLflow's Default; no runs
     assert not MlflowClient(fresh).search_runs([e.experiment_id for e in MlflowClient(fresh).search_experiments()])
+
+    # the discussion is written later, in that checkout: the kept page takes it in, the rest of the page unchanged
+    assert "(no discussion yet" in page
+    (out / "notes").mkdir(exist_ok=True)
+    (out / "notes" / "small-reduced.md").write_text("**Matches.** the low-lr piece groks.\n")
+    build_atlas([spec], "reduced", out, fresh, str(tmp_path / "results2"), progress=False, log=lines.append)
+    refreshed = (out / "small-reduced.md").read_text()
+    head = page[:page.index("## Against the paper")]
+    assert refreshed == head + "## Against the paper\n\n**Matches.** the low-lr piece groks.\n"

@@ -302,11 +302,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     else:
         body, summary = _diagram_section(figure, df, img_dir)
         lines += ["## Phase diagram", "", *body]
-    notes = Path(notes_dir) if notes_dir else out / "notes"
-    note = notes / f"{figure.stem}.md"
-    lines += ["## Against the paper", ""]
-    lines += [note.read_text().strip(), ""] if note.exists() else \
-        [f"(no discussion yet: write `{note.as_posix()}`)", ""]
+    lines += _discussion(figure, out, notes_dir)
     page = out / f"{figure.stem}.md"
     page.write_text("\n".join(lines).rstrip() + "\n")
     (out / f"{figure.stem}.json").write_text(json.dumps({
@@ -314,6 +310,23 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
         "configurations": int(len(df)), "estimate_s": round(estimate, 1), "measured_s": round(measured, 1),
         "counts": {p: int(n) for p, n in counts.items() if n},
         "pieces": {pc.name: pc.spec.hash() for pc in figure.pieces}, **summary}, indent=1) + "\n")
+    return page
+
+
+def _discussion(figure: Figure, out: Path, notes_dir: str | Path | None) -> list[str]:
+    note = (Path(notes_dir) if notes_dir else out / "notes") / f"{figure.stem}.md"
+    return ["## Against the paper", "", note.read_text().strip() if note.exists() else
+            f"(no discussion yet: write `{note.as_posix()}`)", ""]
+
+
+def refresh_discussion(figure: Figure, out_dir: str | Path, notes_dir: str | Path | None = None) -> Path:
+    """Put the current note into a kept page: the discussion is written after the run, often in a checkout whose
+    MLflow store no longer holds the figure, and the page must not keep saying there is none."""
+    out = Path(out_dir)
+    page = out / f"{figure.stem}.md"
+    text = page.read_text()
+    head = text[:text.index("## Against the paper")] if "## Against the paper" in text else text.rstrip() + "\n\n"
+    page.write_text((head + "\n".join(_discussion(figure, out, notes_dir))).rstrip() + "\n")
     return page
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from grokray.atlas.plan import plan_figure
+from grokray.atlas.plan import expected_text, plan_figure, title_text
 from grokray.errors import SpecError
 from grokray.spec import load_spec
 
@@ -188,3 +188,13 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     refreshed = (out / "small-reduced.md").read_text()
     head = page[:page.index("## Against the paper")]
     assert refreshed == head + "## Against the paper\n\n**Matches.** the low-lr piece groks.\n"
+
+
+def test_title_is_the_headers_first_sentence_across_wrapped_lines():
+    lines = ["Power et al. 2022 (grokking), Fig. 1: steps to generalize for x+y, x-y",
+             "mod 97 with a transformer. More", "text here.", "Axes: op x fraction.", "Expected: steep rise."]
+    assert title_text(lines) == ("Power et al. 2022 (grokking), Fig. 1: steps to generalize for x+y, x-y mod 97 "
+                                 "with a transformer.")
+    assert title_text(["Quadratic net: decay x fraction", "Source: Gromov et al. Why do you grok."]) == \
+        "Quadratic net: decay x fraction"
+    assert expected_text(lines) == "Expected: steep rise."

@@ -319,14 +319,20 @@ def _discussion(figure: Figure, out: Path, notes_dir: str | Path | None) -> list
             f"(no discussion yet: write `{note.as_posix()}`)", ""]
 
 
-def refresh_discussion(figure: Figure, out_dir: str | Path, notes_dir: str | Path | None = None) -> Path:
-    """Put the current note into a kept page: the discussion is written after the run, often in a checkout whose
-    MLflow store no longer holds the figure, and the page must not keep saying there is none."""
+def refresh_kept_page(figure: Figure, out_dir: str | Path, notes_dir: str | Path | None = None) -> Path:
+    """Put the spec's title and the current note into a kept page: the discussion is written after the run, often
+    in a checkout whose MLflow store no longer holds the figure, and the page must not keep saying there is none."""
     out = Path(out_dir)
     page = out / f"{figure.stem}.md"
     text = page.read_text()
+    if text.startswith("# "):
+        text = f"# {figure.title}" + text[text.index("\n"):]
     head = text[:text.index("## Against the paper")] if "## Against the paper" in text else text.rstrip() + "\n\n"
     page.write_text((head + "\n".join(_discussion(figure, out, notes_dir))).rstrip() + "\n")
+    summary_path = out / f"{figure.stem}.json"
+    summary = json.loads(summary_path.read_text())
+    if summary.get("title") != figure.title:
+        summary_path.write_text(json.dumps({**summary, "title": figure.title}, indent=1) + "\n")
     return page
 
 

@@ -30,7 +30,7 @@ class Figure:
     scale: str
     config: AtlasConfig
     pieces: list[PieceRun]
-    title: str  # the header's first line
+    title: str  # the header's first sentence
     expected: str  # the header's "Expected..." paragraph
 
     @property
@@ -51,11 +51,26 @@ def header_lines(path: Path) -> list[str]:
     return lines
 
 
+_KEY_LINE = r"^(Expected|Full scale|Measured|Source|Axes|Start|Searched|Cross-entropy|Offline)\b"
+
+
+def title_text(lines: list[str]) -> str:
+    """The header's first sentence: headers wrap at 120 columns, and a title cut at the first line ends mid-phrase
+    ("... for x+y, x-y, x*y, x/y" without its "mod 97")."""
+    first: list[str] = []
+    for line in lines:
+        if not line or (first and re.match(_KEY_LINE, line)):
+            break
+        first.append(line)
+    text = " ".join(first)
+    return re.split(r"(?<!\bal)(?<=\.)\s+(?=[A-Z(])", text, maxsplit=1)[0]
+
+
 def expected_text(lines: list[str]) -> str:
     """The header's paragraph that starts with 'Expected', up to the next 'Key:'-style paragraph."""
     out: list[str] = []
     for line in lines:
-        if out and re.match(r"^(Full scale|Measured|Source|Axes|Start|Searched|Cross-entropy|Offline)\b", line):
+        if out and re.match(_KEY_LINE, line) and not line.startswith("Expected"):
             break
         if out or line.startswith("Expected"):
             out.append(line)
@@ -110,7 +125,7 @@ def plan_figure(path: str | Path, scale: str) -> Figure:
             if config.axes and axis not in config.axes:
                 raise SpecError("atlas.regions", f"{axis!r} is not one of atlas.axes {list(config.axes)}")
     lines = header_lines(path)
-    return Figure(path, scale, config, pieces, lines[0] if lines else path.stem, expected_text(lines))
+    return Figure(path, scale, config, pieces, title_text(lines) or path.stem, expected_text(lines))
 
 
 def plan_atlas(paths: list[str | Path], scale: str) -> list[Figure]:

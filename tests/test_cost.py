@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from grokray.engine.cost import StepCost, calibrate, step_seconds
+from grokray.engine.sizing import out_of_memory
+from grokray.errors import SpecError
 from grokray.spec import build_spec, load_spec
 from grokray.sweep.estimate import (
     LONG_SHARE,
@@ -129,3 +131,18 @@ def test_a_slow_first_step_is_not_taken_for_the_step_cost(monkeypatch):
     assert step_seconds([None]) < 0.01  # the warm 1 ms steps, not the 0.3 s start-up
     monkeypatch.setattr(engine, "make_trainer", lambda configs, device="cpu": _FirstStepSlowTrainer(0.3, 0.3, 5))
     assert step_seconds([None]) == pytest.approx(0.3, rel=0.5)  # a genuinely slow step (an RFM iteration) stays
+
+
+def test_auto_pack_size_on_a_model_too_big_for_the_probe_names_the_model_field():
+    # the same 20000 x 20000 layer under `pack_size: auto`: the probe's refused allocation becomes a spec error
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=auto", "model.hidden=[20000,20000]",
+                                                          "sweep.optim.decoder.weight_decay.values=[0]"])
+    with pytest.raises(SpecError) as err:
+        expand(spec, slots=2)
+    assert err.value.field == "model" and "does not fit in" in str(err.value)
+
+
+def test_only_allocation_failures_count_as_out_of_memory():
+    assert out_of_memory(MemoryError()) and out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
+    assert not out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not out_of_memory(ValueError("alloc"))

@@ -18,6 +18,12 @@ def usable_threads(requested: float) -> int:
     return max(1, min(int(requested), os.cpu_count() or 1))
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether a probe under AddressSpaceCap failed for want of memory: torch reports a refused allocation as a
+    RuntimeError ("... alloc ..."), Python as MemoryError; any other error is a real bug and must propagate."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "alloc" in str(exc).lower())
+
+
 class AddressSpaceCap:
     """Cap this process's address space at what it uses now plus `extra` bytes while a probe or a calibration
     builds a spec's model: a typo such as `task.p: 1000000` or `hidden: [1e9]` then fails as a MemoryError

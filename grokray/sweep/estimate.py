@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.cost import StepCost, calibrate
-from ..engine.sizing import AddressSpaceCap
+from ..engine.sizing import AddressSpaceCap, out_of_memory
 from .expand import Pack, Plan, local_slots, model_steps
 
 LONG_SHARE = 0.5  # members expected to train to their budget (in Liu's 6b grids: 0.32 at low lr, 0.60 at high)
@@ -126,7 +126,7 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
                     costs[pack.pack_id] = calibrate([m.config for m in pack.members], device,
                                                     threads=int(max(1, res.cpu)))
             except (MemoryError, RuntimeError) as exc:  # a pack bigger than this machine: not measurable here
-                if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+                if not out_of_memory(exc):
                     raise
                 too_big += 1
     order = [i for i, p in enumerate(plan.packs) if p.pack_id in costs]

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..engine import max_pack_size, pack_signature
-from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size
+from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size, out_of_memory
 from ..spec import Spec, TrialConfig
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
@@ -145,7 +145,7 @@ def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float, gpu_
         with AddressSpaceCap(PROBE_BYTES):
             return auto_pack_size(config, n, device, gpu_fraction=frac, free_bytes=gpu_free_bytes)
     except (MemoryError, RuntimeError) as exc:
-        if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+        if not out_of_memory(exc):
             raise
         raise SpecError("model", f"one configuration ({config.task.registry_name} x {config.model.registry_name}) "
                         f"does not fit in {PROBE_BYTES // 2**30} GiB; check the task size (e.g. task.p) and the "

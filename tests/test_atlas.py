@@ -198,3 +198,33 @@ def test_title_is_the_headers_first_sentence_across_wrapped_lines():
     assert title_text(["Quadratic net: decay x fraction", "Source: Gromov et al. Why do you grok."]) == \
         "Quadratic net: decay x fraction"
     assert expected_text(lines) == "Expected: steep rise."
+
+
+def test_a_killed_segment_keeps_the_wall_time_its_clock_logged(tmp_path):
+    """The driver of a piece can be killed (a session ends, a node dies) before its segment's end is logged: the
+    clock's heartbeats, on the parent `grokray run` makes after the clock starts, are what the page reads then."""
+    import time
+
+    from grokray.atlas.runner import ESTIMATE_METRIC, WALL_METRIC, SegmentClock, segments
+
+    piece = plan_figure(_write(tmp_path, SMALL), "reduced").pieces[0]
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment(piece.spec.name)
+    with SegmentClock(uri, piece, (120.0, 240.0), every=0.1) as clock:
+        time.sleep(0.3)  # the sweep is still starting Ray: no parent yet
+        run = client.create_run(exp, tags={"grokray.role": "parent", "grokray.spec_hash": piece.spec.hash()})
+        time.sleep(2.0)
+    # killed here: no final log; the heartbeats hold one segment of about the time the clock ran
+    [(start, wall)] = segments(client, run.info.run_id)
+    assert start == pytest.approx(clock.start, abs=1e-3) and 1.0 < wall <= time.time() - clock.start
+    assert len(client.get_metric_history(run.info.run_id, WALL_METRIC)) > 3  # one point per heartbeat
+    assert client.get_run(run.info.run_id).data.metrics[ESTIMATE_METRIC] == 120.0
+
+    # the resumed segment is a second entry, and the first keeps its length
+    with SegmentClock(uri, piece, (120.0, 240.0), every=0.1) as second:
+        second.log(client, run.info.run_id)
+        time.sleep(0.3)
+    second.log(client, run.info.run_id)
+    assert [s for s, _ in segments(client, run.info.run_id)] == pytest.approx([clock.start, second.start], abs=1e-3)
+    assert segments(client, run.info.run_id)[0][1] == wall and 0.3 <= segments(client, run.info.run_id)[1][1] < wall

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..sweep.expand import short_names
 from .plan import Figure
 from .runner import PieceRecord
 
@@ -98,7 +99,8 @@ def region_check(grid, regions) -> pd.DataFrame:
                                                                          **c.to_dict()})]
         matched = sum(1 for c in inside if c["phase"] == region.phase)
         others = pd.Series([c["phase"] for c in inside if c["phase"] != region.phase]).value_counts()
-        bounds = "; ".join(f"{a.split('.')[-1]} {_span(lo, hi)}" for a, (lo, hi) in region.bounds.items())
+        label = short_names(list(region.bounds), aliases={})
+        bounds = "; ".join(f"{label[a]} {_span(lo, hi)}" for a, (lo, hi) in region.bounds.items())
         rows.append({"expected": region.phase, "region": bounds, "cells": len(inside), "matching": matched,
                      "share": matched / len(inside) if inside else float("nan"),
                      "others": ", ".join(f"{p} {n}" for p, n in others.items()) or "-"})
@@ -158,7 +160,8 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
             lines += [f"Panel {', '.join(f'{k}={v}' for k, v in zip(grid.facets, fv, strict=True))}:", ""]
         table.index = [_cell(v) for v in table.index]
         table.columns = [_cell(v) for v in table.columns]
-        lines += [_md_table(table.reset_index(names=f"{y.split('.')[-1]} \\ {x.split('.')[-1]}")), ""]
+        label = short_names([y, x], aliases={})  # "embedding.lr \\ decoder.lr" where both end in lr
+        lines += [_md_table(table.reset_index(names=f"{label[y]} \\ {label[x]}")), ""]
     multi = grid.cells[grid.cells["n"] > 1]
     dis = disagreements(grid)
     summary = {"cells": int(len(grid.cells)), "cells_with_seeds": int(len(multi)), "disagreeing_cells": int(len(dis))}

@@ -3,12 +3,14 @@
 A piece is found again by its spec hash (what it trains, after scale and piece overrides) in the spec's MLflow
 experiment: a finished, complete parent run is skipped, an interrupted one is resumed (Tuner.restore; the
 search's study), anything else starts afresh. Each `grokray run` segment logs its wall seconds on the parent
-(metric `atlas/wall_s`, timestamped at the segment's start), so a piece resumed after a kill still reports the
-compute it took, and the page can say which pieces ran when.
+(metric `atlas/wall_s`, timestamped at the segment's start) every HEARTBEAT_S while it runs, not only at its end,
+so a piece resumed after its driver was killed still reports the compute the killed segment took, and the page
+can say which pieces ran when.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +22,7 @@ PIECE_TAG = "grokray.atlas.piece"
 WALL_METRIC = "atlas/wall_s"
 ESTIMATE_METRIC = "atlas/estimate_s"  # the dry-run estimate, made just before the piece first ran
 UPPER_METRIC = "atlas/estimate_upper_s"
+HEARTBEAT_S = 30.0
 
 
 @dataclass
@@ -76,8 +79,54 @@ def estimate_piece(piece: PieceRun):
 
 
 def segments(client, run_id: str) -> list[tuple[float, float]]:
-    history = client.get_metric_history(run_id, WALL_METRIC)
-    return sorted((m.timestamp / 1000.0, m.value) for m in history)
+    """(start, wall seconds) of each segment: the latest, largest heartbeat of each start timestamp."""
+    longest: dict[float, float] = {}
+    for m in client.get_metric_history(run_id, WALL_METRIC):
+        longest[m.timestamp / 1000.0] = max(m.value, longest.get(m.timestamp / 1000.0, 0.0))
+    return sorted(longest.items())
+
+
+class SegmentClock:
+    """Logs a running segment's wall seconds on its parent run every `every` seconds. The parent of a fresh piece
+    is made by `grokray run` after the segment starts, so the clock looks it up by spec hash until it appears."""
+
+    def __init__(self, tracking_uri: str, piece: PieceRun, estimate: tuple[float, float], every: float = HEARTBEAT_S):
+        self.tracking_uri, self.piece, self.estimate, self.every = tracking_uri, piece, estimate, every
+        self.start = time.time()
+        self.run_id: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="atlas-segment-clock", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def log(self, client, run_id: str) -> None:
+        client.log_metric(run_id, WALL_METRIC, time.time() - self.start, timestamp=int(self.start * 1000))
+        if self.run_id is None:
+            client.log_metric(run_id, ESTIMATE_METRIC, self.estimate[0])
+            client.log_metric(run_id, UPPER_METRIC, self.estimate[1])
+            self.run_id = run_id
+
+    def _beat(self) -> None:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.tracking_uri)
+        while not self._stop.wait(self.every):
+            try:
+                run_id = self.run_id
+                if run_id is None:
+                    parent = find_parent(client, self.piece.spec.name, self.piece.spec.hash())
+                    if parent is None:
+                        continue  # `grokray run` has not made it yet
+                    run_id = parent.info.run_id
+                self.log(client, run_id)
+            except Exception:  # noqa: BLE001 - a missed heartbeat costs one point of a wall-time record, never the run
+                continue
 
 
 def _run_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, resume: bool, progress) -> str:
@@ -134,12 +183,11 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
                 est = (e.seconds, e.upper_seconds)
             log(f"[atlas] {figure.stem} {piece.name}: {'resuming' if parent is not None else 'running'} "
                 f"{len(piece.spec.points())} configurations (estimate {est[0] / 60:.1f} min)")
-            start = time.time()
-            run_id = _run_piece(piece, figure.scale, tracking_uri, results_dir, parent is not None, progress)
-            client.log_metric(run_id, WALL_METRIC, time.time() - start, timestamp=int(start * 1000),
-                              step=len(segments(client, run_id)))
-            client.log_metric(run_id, ESTIMATE_METRIC, est[0])
-            client.log_metric(run_id, UPPER_METRIC, est[1])
+            with SegmentClock(tracking_uri, piece, est) as clock:
+                if parent is not None:
+                    clock.log(client, parent.info.run_id)  # a resumed piece's clock starts at once
+                run_id = _run_piece(piece, figure.scale, tracking_uri, results_dir, parent is not None, progress)
+            clock.log(client, run_id)
             parent = client.get_run(run_id)
         if parent is None:
             records.append(PieceRecord(piece.name, "", action))

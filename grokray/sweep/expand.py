@@ -84,12 +84,12 @@ def format_value(value, log: bool = False) -> str:
     return f"{v:.3g}"
 
 
-def short_names(keys: list[str]) -> dict[str, str]:
+def short_names(keys: list[str], aliases: dict[str, str] = NAME_ALIASES) -> dict[str, str]:
     """Dotted key -> short label: last component (aliased), two components where the last ones collide."""
     def label(k, n):
         parts = k.split(".")
         tail = parts[-n:]
-        tail[-1] = NAME_ALIASES.get(tail[-1], tail[-1])
+        tail[-1] = aliases.get(tail[-1], tail[-1])
         return ".".join(tail)
 
     names = {k: label(k, 1) for k in keys}

@@ -44,8 +44,12 @@ def piece_timings(figure: Figure, records: list[PieceRecord], tracking_uri: str)
             if rec.parent_run_id:
                 client.log_metric(rec.parent_run_id, ESTIMATE_METRIC, est[0])
                 client.log_metric(rec.parent_run_id, UPPER_METRIC, est[1])
-        out.append(PieceTiming(piece.name, rec.configurations or len(piece.spec.points()), rec.packs, est[0], est[1],
-                               rec.wall_s))
+        configurations, packs = rec.configurations or len(piece.spec.points()), rec.packs
+        if piece.search:  # a search's parent counts no grid: it ran n_trials one-configuration trials
+            from ..search.config import parse_search
+
+            configurations = packs = parse_search(piece.spec).n_trials
+        out.append(PieceTiming(piece.name, configurations, packs, est[0], est[1], rec.wall_s))
     return out
 
 

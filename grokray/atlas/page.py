@@ -107,6 +107,16 @@ def region_check(grid, regions) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _counts_table(counts: pd.Series, runs: int) -> pd.DataFrame:
+    """Runs per phase; runs with no phase (a search's trials its scheduler stopped early) get their own row, so
+    the table adds up to the runs the page reports."""
+    table = counts[counts > 0].rename_axis("phase").reset_index()
+    unclassified = runs - int(counts.sum())
+    if unclassified:
+        table.loc[len(table)] = ["stopped before classified", unclassified]
+    return table
+
+
 def _span(lo, hi) -> str:
     if lo is None:
         return f"<= {hi:g}"
@@ -294,7 +304,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
              f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
              f"{', '.join(sorted({r.code_version for r in records if r.code_version})) or '-'}.", "",
              _timings_table(figure, records, timings), "",
-             "## Phase counts", "", _md_table(counts[counts > 0].rename_axis("phase").reset_index()), ""]
+             "## Phase counts", "", _md_table(_counts_table(counts, len(df))), ""]
     if figure.pieces[0].search:
         body, summary = _search_section(figure, records, df, img_dir, tracking_uri)
         lines[lines.index("## Phase counts")] = "## Phase counts (all trials)"

@@ -79,7 +79,7 @@ def estimate_piece(piece: PieceRun):
 
 
 def segments(client, run_id: str) -> list[tuple[float, float]]:
-    """(start, wall seconds) of each segment: the latest, largest heartbeat of each start timestamp."""
+    """(start, wall seconds) of each segment: the largest heartbeat logged with that start timestamp."""
     longest: dict[float, float] = {}
     for m in client.get_metric_history(run_id, WALL_METRIC):
         longest[m.timestamp / 1000.0] = max(m.value, longest.get(m.timestamp / 1000.0, 0.0))

@@ -79,8 +79,11 @@ def _run(args) -> int:
         raise SpecError("--checkpoint-every", f"got {args.checkpoint_every}; must be >= 1")
     if args.dry_run:
         from .sweep.estimate import estimate_plan
+        from .tracking import resolve_tracking_uri
 
-        print("\n".join(estimate_plan(expand(spec), calibrate_costs=not args.no_calibrate).lines()))
+        estimate = estimate_plan(expand(spec), calibrate_costs=not args.no_calibrate,
+                                 tracking_uri=resolve_tracking_uri(args.tracking_uri))
+        print("\n".join(estimate.lines()))
         return 0
 
     from .sweep.report import phase_table

@@ -149,6 +149,18 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     assert "2 cells have more than one seed" in page  # the low piece's two seeds
     assert (out / "README.md").read_text().count("small-reduced") >= 2
 
+    # the share of members that trained their whole budget, per piece: what the estimate assumed (no history
+    # yet: the prior), and what happened; the next estimate of this experiment plans with the 8 runs measured
+    from grokray.sweep.estimate import LONG_SHARE, estimate_plan
+    from grokray.sweep.expand import expand
+
+    full = {c.info.run_id: c.data.metrics["steps_run"] >= 150 for c in children}
+    for r in result.records:
+        mine = [full[c.info.run_id] for c in children if c.data.tags["mlflow.parentRunId"] == r.parent_run_id]
+        assert re.search(rf"^\| {r.name} \|.*\| {LONG_SHARE:.0%} \| {sum(mine) / len(mine):.0%} \|", page, re.M)
+    planned = estimate_plan(expand(load_spec(spec, [], "reduced")), calibrate_costs=False, tracking_uri=uri)
+    assert planned.long_share == pytest.approx(sum(full.values()) / 8) and "8 stored runs" in planned.share_basis
+
     # again: both pieces are complete in MLflow, nothing is run, the page is the same
     n_parents = len(_parents(uri, "atlas-test"))
     [again] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress=False, log=lines.append)

@@ -146,3 +146,53 @@ def test_only_allocation_failures_count_as_out_of_memory():
     assert out_of_memory(MemoryError()) and out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
     assert not out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     assert not out_of_memory(ValueError("alloc"))
+
+
+def _stored_runs(uri: str, experiment: str, runs: list[tuple[int, int, str]]) -> None:
+    """Child runs as a sweep leaves them: the budget as params, steps_run as a metric, the phase as a tag."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.create_experiment(experiment)
+    for budget, steps_run, phase in runs:
+        run = client.create_run(exp, tags={"grokray.role": "configuration", "grokray.phase": phase})
+        client.log_param(run.info.run_id, "train.steps", budget)
+        client.log_param(run.info.run_id, "phases.budget", budget)
+        client.log_metric(run.info.run_id, "steps_run", steps_run)
+    unclassified = client.create_run(exp, tags={"grokray.role": "configuration"})  # a member still training
+    client.log_param(unclassified.info.run_id, "train.steps", 10000)
+
+
+def test_the_share_that_trains_to_budget_is_read_from_the_nearest_stored_budget(tmp_path):
+    from grokray.tracking.history import MIN_RUNS, stored_budget_share
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    memorized, grokked = (10000, 10000, "memorization"), (10000, 2400, "grokking")
+    smoke = [(200, 200, "confusion")] * 9  # a short budget trains everything to its end
+    _stored_runs(uri, "fig", [memorized] * 6 + [grokked] * 3 + [(1000, 300, "comprehension")] * 2 + smoke)
+    found = stored_budget_share(uri, "fig", 100000)
+    assert (found.budget, found.runs) == (10000, 9) and found.share == pytest.approx(6 / 9)
+    assert "measured on 9 stored runs of 'fig' at budget 10000" in found.describe("fig")
+    assert stored_budget_share(uri, "fig", 300).budget == 200  # nearest by ratio; 1000 has too few runs
+    assert MIN_RUNS > 2
+    assert stored_budget_share(uri, "other", 10000) is None  # no such experiment
+    missing = tmp_path / "none.db"
+    assert stored_budget_share(f"sqlite:///{missing}", "fig", 10000) is None and not missing.exists()
+    assert stored_budget_share("http://127.0.0.1:9", "fig", 10000) is None  # nothing listening: no hang
+
+
+def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5"])  # 20 configs, 4 packs of 5
+    plan = expand(spec, slots=2)
+    budget = 10000
+    _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 8 + [(budget, 900, "grokking")] * 2)
+    prior = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=f"sqlite:///{tmp_path}/empty.db")
+    measured = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=uri)
+    assert prior.long_share == LONG_SHARE and "assumed" in prior.share_basis
+    assert measured.long_share == pytest.approx(0.8) and "10 stored runs" in measured.share_basis
+    start = PACK_START_S + 5 * 0.05
+    # 4 of 5 members train on: more than three quarters, so the pack keeps all five to the end (= upper bound)
+    assert measured.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * budget / 1700)) == measured.upper_seconds
+    assert prior.seconds < measured.seconds
+    assert "to budget:      80% of the members (measured on 10 stored runs" in "\n".join(measured.lines())

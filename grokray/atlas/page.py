@@ -125,15 +125,36 @@ def _span(lo, hi) -> str:
     return f"{lo:g}..{hi:g}"
 
 
-def _timings_table(figure: Figure, records: list[PieceRecord], timings: list[PieceTiming]) -> str:
+def to_budget_shares(df: pd.DataFrame) -> dict[str, float]:
+    """Per piece, the share of its configurations that trained their whole budget (the estimate's one unknown)."""
+    if "steps_run" not in df or "train.steps" not in df:
+        return {}
+    steps = pd.to_numeric(df["train.steps"], errors="coerce")
+    budget = pd.to_numeric(df.get("phases.budget", steps), errors="coerce").fillna(steps)
+    full = pd.to_numeric(df["steps_run"], errors="coerce") >= steps.combine(budget, min)
+    return full.groupby(df["piece"]).mean().to_dict()
+
+
+def _timings_table(records: list[PieceRecord], timings: list[PieceTiming], measured_shares: dict) -> str:
+    """The share columns say why a piece missed its estimate: the estimate assumed a share of members would
+    train their whole budget (LONG_SHARE, or one measured on earlier runs); the last column is what happened."""
+    from ..sweep.estimate import LONG_SHARE
+
     rows = []
     for rec, t in zip(records, timings, strict=True):
         when = "; ".join(f"{_utc(s)} ({_minutes(w)})" for s, w in rec.segments) or "-"
+        assumed = f"{rec.share[0]:.0%}" if rec.share else f"{LONG_SHARE:.0%}"
+        measured = measured_shares.get(t.name)
         rows.append({"piece": t.name, "configurations": t.configurations, "packs": t.packs,
                      "estimate": _minutes(t.estimate_s), "upper bound": _minutes(t.upper_s),
                      "measured": _minutes(t.measured_s), "measured / estimate": f"{t.ratio:.2f}",
+                     "to budget, assumed": assumed,
+                     "to budget, measured": "-" if measured is None else f"{measured:.0%}",
                      "ran (UTC, wall)": when})
-    return _md_table(pd.DataFrame(rows))
+    table = _md_table(pd.DataFrame(rows))
+    bases = [f"{r.name}: {r.share[1].strip('()')}" for r in records if r.share and r.share[1]]
+    return table + ("\n\nThe assumed share of members that train their whole budget: " + "; ".join(bases) + "."
+                    if bases else "")
 
 
 def _commands(figure: Figure) -> list[str]:
@@ -303,7 +324,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
              f"against **{_minutes(estimate)} estimated** by the dry-run (measured / estimate = "
              f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
              f"{', '.join(sorted({r.code_version for r in records if r.code_version})) or '-'}.", "",
-             _timings_table(figure, records, timings), "",
+             _timings_table(records, timings, to_budget_shares(df)), "",
              "## Phase counts", "", _md_table(_counts_table(counts, len(df))), ""]
     if figure.pieces[0].search:
         body, summary = _search_section(figure, records, df, img_dir, tracking_uri)

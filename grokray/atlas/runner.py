@@ -22,6 +22,8 @@ PIECE_TAG = "grokray.atlas.piece"
 WALL_METRIC = "atlas/wall_s"
 ESTIMATE_METRIC = "atlas/estimate_s"  # the dry-run estimate, made just before the piece first ran
 UPPER_METRIC = "atlas/estimate_upper_s"
+SHARE_METRIC = "atlas/estimate_to_budget"  # share of members the estimate assumed would train their whole budget
+SHARE_TAG = "grokray.atlas.estimate_to_budget"  # where that share came from
 HEARTBEAT_S = 30.0
 
 
@@ -35,6 +37,7 @@ class PieceRecord:
     estimate: tuple[float, float] | None = None  # (expected, upper bound) seconds, as estimated before it ran
     configurations: int = 0
     packs: int = 0
+    share: tuple[float, str] | None = None  # (members assumed to train their budget, basis), as estimated
 
     @property
     def wall_s(self) -> float:
@@ -63,8 +66,9 @@ def is_complete(run) -> bool:
     return counted == int(tags.get("grokray.configurations", -1))
 
 
-def estimate_piece(piece: PieceRun):
-    """The dry-run estimate of one piece (a search: n_trials one-configuration trials, max_concurrent at once)."""
+def estimate_piece(piece: PieceRun, tracking_uri: str | None = None):
+    """The dry-run estimate of one piece (a search: n_trials one-configuration trials, max_concurrent at once),
+    with the share of members that train to their budget measured on the store's earlier runs where it can."""
     from ..sweep.estimate import estimate_plan
     from ..sweep.expand import Member, Pack, Plan, expand
 
@@ -74,8 +78,8 @@ def estimate_piece(piece: PieceRun):
         cfg = parse_search(piece.spec)
         member = Member(start_trial(piece.spec), start_point(piece.spec))
         plan = Plan(piece.spec, [Pack(f"trial-{i:04d}", [member]) for i in range(cfg.n_trials)])
-        return estimate_plan(plan, slots=cfg.max_concurrent)
-    return estimate_plan(expand(piece.spec))
+        return estimate_plan(plan, slots=cfg.max_concurrent, tracking_uri=tracking_uri)
+    return estimate_plan(expand(piece.spec), tracking_uri=tracking_uri)
 
 
 def segments(client, run_id: str) -> list[tuple[float, float]]:
@@ -90,8 +94,10 @@ class SegmentClock:
     """Logs a running segment's wall seconds on its parent run every `every` seconds. The parent of a fresh piece
     is made by `grokray run` after the segment starts, so the clock looks it up by spec hash until it appears."""
 
-    def __init__(self, tracking_uri: str, piece: PieceRun, estimate: tuple[float, float], every: float = HEARTBEAT_S):
-        self.tracking_uri, self.piece, self.estimate, self.every = tracking_uri, piece, estimate, every
+    def __init__(self, tracking_uri: str, piece: PieceRun, estimate: tuple[float, float],
+                 share: tuple[float, str] | None = None, every: float = HEARTBEAT_S):
+        self.tracking_uri, self.piece, self.every = tracking_uri, piece, every
+        self.estimate, self.share = estimate, share
         self.start = time.time()
         self.run_id: str | None = None
         self._stop = threading.Event()
@@ -110,6 +116,9 @@ class SegmentClock:
         if self.run_id is None:
             client.log_metric(run_id, ESTIMATE_METRIC, self.estimate[0])
             client.log_metric(run_id, UPPER_METRIC, self.estimate[1])
+            if self.share is not None:
+                client.log_metric(run_id, SHARE_METRIC, self.share[0])
+                client.set_tag(run_id, SHARE_TAG, self.share[1])
             self.run_id = run_id
 
     def _beat(self) -> None:
@@ -176,14 +185,15 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
         else:
             action = "resumed" if parent is not None else "ran"
             stored = parent.data.metrics if parent is not None else {}
+            share = None  # a resumed piece keeps the estimate made before it first ran
             if ESTIMATE_METRIC in stored:
                 est = (stored[ESTIMATE_METRIC], stored[UPPER_METRIC])
             else:
-                e = estimate_piece(piece)
-                est = (e.seconds, e.upper_seconds)
+                e = estimate_piece(piece, tracking_uri)
+                est, share = (e.seconds, e.upper_seconds), (e.long_share, e.share_basis)
             log(f"[atlas] {figure.stem} {piece.name}: {'resuming' if parent is not None else 'running'} "
                 f"{len(piece.spec.points())} configurations (estimate {est[0] / 60:.1f} min)")
-            with SegmentClock(tracking_uri, piece, est) as clock:
+            with SegmentClock(tracking_uri, piece, est, share) as clock:
                 if parent is not None:
                     clock.log(client, parent.info.run_id)  # a resumed piece's clock starts at once
                 run_id = _run_piece(piece, figure.scale, tracking_uri, results_dir, parent is not None, progress)
@@ -194,8 +204,9 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
             continue
         m, tags = parent.data.metrics, parent.data.tags
         est = (m[ESTIMATE_METRIC], m[UPPER_METRIC]) if ESTIMATE_METRIC in m else None
+        share = (m[SHARE_METRIC], tags.get(SHARE_TAG, "")) if SHARE_METRIC in m else None
         records.append(PieceRecord(piece.name, parent.info.run_id, action, segments(client, parent.info.run_id),
                                    tags.get("grokray.code_version", ""), est,
                                    int(tags.get("grokray.configurations", len(piece.spec.points()))),
-                                   int(tags.get("grokray.packs", 0))))
+                                   int(tags.get("grokray.packs", 0)), share))
     return records

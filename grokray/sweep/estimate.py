@@ -5,8 +5,9 @@ over the plan; the other packs take the cost of the nearest calibrated one (roun
 alike). A pack then costs its Tune trial's start-up plus its steps, and the packs are scheduled longest first
 onto the concurrent slots. Members stop once classified, which no estimate can know in advance; the phases
 split them in two: those that generalize stop within a few percent of the budget, the memorization and
-confusion ones train to its end. The estimate assumes LONG_SHARE of each pack's members are of the second kind,
-and that the pack sheds the others as the engine does (PackTrainer compacts once a quarter has stopped); the
+confusion ones train to its end. The estimate assumes a share of each pack's members are of the second kind
+(LONG_SHARE, or the share measured on the experiment's stored runs: tracking.history), and that the pack sheds
+the others as the engine does (PackTrainer compacts once a quarter has stopped); the
 every-member-to-its-budget figure is reported beside it as the upper bound.
 """
 
@@ -21,7 +22,7 @@ from ..engine.cost import StepCost, calibrate
 from ..engine.sizing import AddressSpaceCap, out_of_memory
 from .expand import Pack, Plan, local_slots, model_steps
 
-LONG_SHARE = 0.5  # members expected to train to their budget (in Liu's 6b grids: 0.32 at low lr, 0.60 at high)
+LONG_SHARE = 0.5  # members expected to train to their budget, without history (measured: 0.15 to 0.85 by figure)
 PACK_START_S = 5.0  # a Tune trial: worker process, imports (torch, ray.tune, mlflow), pack built, runs opened
 MEMBER_S = 0.05  # per member: its MLflow child run created, curves delivered, closed
 SWEEP_S = 12.0  # Ray started and stopped, parent run opened and closed, phase counts gathered
@@ -42,15 +43,18 @@ class Estimate:
     slots: int  # packs running at once
     basis: str  # how the step costs were obtained
     costs: dict[str, StepCost] = field(default_factory=dict)  # pack id -> calibrated cost (sampled packs)
+    long_share: float = LONG_SHARE  # members assumed to train to their budget
+    share_basis: str = "assumed"  # where long_share comes from
 
     def lines(self) -> list[str]:
         return [
             f"configurations: {self.configurations}",
             f"packs:          {self.packs}  ({self.slots} at once)",
             f"model-steps:    {self.model_steps}  (sum of min(train.steps, phases.budget))",
-            f"estimate:       {fmt_minutes(self.seconds)}  (if {LONG_SHARE:.0%} of the members train to their "
+            f"estimate:       {fmt_minutes(self.seconds)}  (if {self.long_share:.0%} of the members train to their "
             f"budget and the rest stop early; upper bound {fmt_minutes(self.upper_seconds)} if every one trains "
             "to its budget)",
+            f"to budget:      {self.long_share:.0%} of the members {self.share_basis}",
             f"step costs:     {self.basis}",
         ]
 
@@ -59,9 +63,9 @@ def fmt_minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def pack_seconds(pack: Pack, cost: StepCost, expected: bool = True) -> float:
+def pack_seconds(pack: Pack, cost: StepCost, expected: bool = True, share: float = LONG_SHARE) -> float:
     """Start-up + steps. Expected: the pack runs to its longest budget at the size it shrinks to once the members
-    that stop early have left it (LONG_SHARE of them stay; a pack keeps its size while more than three quarters
+    that stop early have left it (`share` of them stay; a pack keeps its size while more than three quarters
     train on). Upper: every member trains to its budget."""
     steps = [model_steps(m.config) for m in pack.members]
     k, longest = len(steps), max(steps)
@@ -72,8 +76,8 @@ def pack_seconds(pack: Pack, cost: StepCost, expected: bool = True) -> float:
     if not any(stopping):
         return start + cost.a * longest + cost.b * sum(steps)
     if k == 1:
-        return start + LONG_SHARE * longest * cost.seconds(1)
-    long_members = sum(1 for s in stopping if not s) + LONG_SHARE * sum(stopping)
+        return start + share * longest * cost.seconds(1)
+    long_members = sum(1 for s in stopping if not s) + share * sum(stopping)
     kept = k if long_members > 0.75 * k else max(1, math.ceil(long_members))
     return start + longest * cost.seconds(kept)
 
@@ -107,9 +111,10 @@ def _slots(plan: Plan, cpus: int | None) -> int:
 
 
 def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = True,
-                  slots: int | None = None) -> Estimate:
+                  slots: int | None = None, tracking_uri: str | None = None) -> Estimate:
     """The plan's expected and upper-bound wall time on `cpus` cores (default: this machine's), or with `slots`
-    packs at once when given (a search's max_concurrent)."""
+    packs at once when given (a search's max_concurrent). With `tracking_uri`, the share of members that train
+    to their budget is the one measured on the stored runs of the spec's experiment, where there are enough."""
     res = plan.spec.resources
     device = "cuda" if res.gpu > 0 else "cpu"
     can_measure = device == "cpu" or _cuda()
@@ -141,6 +146,7 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     else:
         why = "--no-calibrate" if not calibrate_costs else "no CUDA device here to measure on"
         basis = f"{assumed} ({why})"
+    share, share_basis = budget_share(plan, tracking_uri)
     expected, upper = [], []
     for i, pack in enumerate(plan.packs):
         if order:
@@ -148,11 +154,23 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
             cost = costs[plan.packs[nearest].pack_id]
         else:
             cost = flat
-        expected.append(pack_seconds(pack, cost))
+        expected.append(pack_seconds(pack, cost, share=share))
         upper.append(pack_seconds(pack, cost, expected=False))
     slots = slots or _slots(plan, cpus)
     return Estimate(plan.n_configs, len(plan.packs), plan.model_steps, SWEEP_S + schedule(expected, slots),
-                    SWEEP_S + schedule(upper, slots), slots, basis, costs)
+                    SWEEP_S + schedule(upper, slots), slots, basis, costs, share, share_basis)
+
+
+def budget_share(plan: Plan, tracking_uri: str | None) -> tuple[float, str]:
+    """(share of members expected to train to their budget, where that figure comes from)."""
+    if tracking_uri and plan.packs:
+        from ..tracking.history import stored_budget_share
+
+        budget = max(model_steps(m.config) for p in plan.packs for m in p.members)
+        found = stored_budget_share(tracking_uri, plan.spec.name, budget)
+        if found is not None:
+            return found.share, f"({found.describe(plan.spec.name)})"
+    return LONG_SHARE, "(assumed: no stored runs of this experiment to measure it on)"
 
 
 def _cuda() -> bool:

@@ -154,12 +154,13 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     from grokray.sweep.estimate import LONG_SHARE, estimate_plan
     from grokray.sweep.expand import expand
 
-    full = {c.info.run_id: c.data.metrics["steps_run"] >= 150 for c in children}
+    used = {c.info.run_id: min(c.data.metrics["steps_run"], 150) / 150 for c in children}
     for r in result.records:
-        mine = [full[c.info.run_id] for c in children if c.data.tags["mlflow.parentRunId"] == r.parent_run_id]
-        assert re.search(rf"^\| {r.name} \|.*\| {LONG_SHARE:.0%} \| {sum(mine) / len(mine):.0%} \|", page, re.M)
+        mine = [used[c.info.run_id] for c in children if c.data.tags["mlflow.parentRunId"] == r.parent_run_id]
+        measured = f"{sum(u == 1 for u in mine) / len(mine):.0%} / {sum(mine) / len(mine):.0%}"
+        assert re.search(rf"^\| {r.name} \|.*\| {LONG_SHARE:.0%} / {LONG_SHARE:.0%} \| {measured} \|", page, re.M)
     planned = estimate_plan(expand(load_spec(spec, [], "reduced")), calibrate_costs=False, tracking_uri=uri)
-    assert planned.long_share == pytest.approx(sum(full.values()) / 8) and "8 stored runs" in planned.share_basis
+    assert planned.use.trained == pytest.approx(sum(used.values()) / 8) and "8 stored runs" in planned.use.basis
 
     # again: both pieces are complete in MLflow, nothing is run, the page is the same
     n_parents = len(_parents(uri, "atlas-test"))

@@ -15,6 +15,7 @@ from grokray.sweep.estimate import (
     LONG_SHARE,
     PACK_START_S,
     SWEEP_S,
+    BudgetUse,
     estimate_plan,
     pack_seconds,
     schedule,
@@ -73,9 +74,15 @@ def test_pack_seconds_and_the_plans_estimate_follow_the_step_costs():
     cost = StepCost(a=1e-3, b=2e-4)
     budget = 10000
     start = PACK_START_S + 5 * 0.05
-    # half of the five train to the budget: the pack is compacted to ceil(2.5) = 3 members for its whole run
+    # the prior: the five train half their budget on average, and the pack pays per member for those steps
     assert LONG_SHARE == 0.5
-    assert pack_seconds(plan.packs[0], cost) == pytest.approx(start + budget * (cost.a + 3 * cost.b))
+    assert pack_seconds(plan.packs[0], cost) == pytest.approx(start + budget * (cost.a + 2.5 * cost.b))
+    # four in five train it all: more than three quarters, so the pack never sheds a member and pays for all five
+    assert pack_seconds(plan.packs[0], cost, use=BudgetUse(0.8, 0.85, "")) == pytest.approx(
+        start + budget * (cost.a + 5 * cost.b))
+    # a third train it all, the rest stop late (grokking): 60% of the budget on average
+    assert pack_seconds(plan.packs[0], cost, use=BudgetUse(1 / 3, 0.6, "")) == pytest.approx(
+        start + budget * (cost.a + 3 * cost.b))
     upper = start + (cost.a + cost.b * 5) * budget
     assert pack_seconds(plan.packs[0], cost, expected=False) == pytest.approx(upper)
     # members that never stop early (stop_when_classified off) all run to the end
@@ -85,7 +92,7 @@ def test_pack_seconds_and_the_plans_estimate_follow_the_step_costs():
     flat = estimate_plan(plan, calibrate_costs=False, slots=2)  # 1700 model-steps/s: b = 1/1700, a = 0
     per_pack = start + 5 * budget / 1700
     assert flat.upper_seconds == pytest.approx(SWEEP_S + 2 * per_pack)
-    assert flat.seconds == pytest.approx(SWEEP_S + 2 * (start + 3 * budget / 1700))
+    assert flat.seconds == pytest.approx(SWEEP_S + 2 * (start + 2.5 * budget / 1700))
     assert "assumed 1700" in flat.basis
 
 
@@ -172,6 +179,7 @@ def test_the_share_that_trains_to_budget_is_read_from_the_nearest_stored_budget(
     _stored_runs(uri, "fig", [memorized] * 6 + [grokked] * 3 + [(1000, 300, "comprehension")] * 2 + smoke)
     found = stored_budget_share(uri, "fig", 100000)
     assert (found.budget, found.runs) == (10000, 9) and found.share == pytest.approx(6 / 9)
+    assert found.trained == pytest.approx((6 + 3 * 0.24) / 9)
     assert "measured on 9 stored runs of 'fig' at budget 10000" in found.describe("fig")
     assert stored_budget_share(uri, "fig", 300).budget == 200  # nearest by ratio; 1000 has too few runs
     assert MIN_RUNS > 2
@@ -186,13 +194,18 @@ def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5"])  # 20 configs, 4 packs of 5
     plan = expand(spec, slots=2)
     budget = 10000
-    _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 8 + [(budget, 900, "grokking")] * 2)
-    prior = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=f"sqlite:///{tmp_path}/empty.db")
-    measured = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=uri)
-    assert prior.long_share == LONG_SHARE and "assumed" in prior.share_basis
-    assert measured.long_share == pytest.approx(0.8) and "10 stored runs" in measured.share_basis
     start = PACK_START_S + 5 * 0.05
-    # 4 of 5 members train on: more than three quarters, so the pack keeps all five to the end (= upper bound)
-    assert measured.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * budget / 1700)) == measured.upper_seconds
-    assert prior.seconds < measured.seconds
-    assert "to budget:      80% of the members (measured on 10 stored runs" in "\n".join(measured.lines())
+    prior = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=f"sqlite:///{tmp_path}/empty.db")
+    assert prior.use.share == prior.use.trained == LONG_SHARE and "assumed" in prior.use.basis
+    # 4 of 10 stored members trained their whole budget, the grokking six stopped at 30% of it: 58% on average
+    _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 4 + [(budget, 3000, "grokking")] * 6)
+    measured = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=uri)
+    assert (measured.use.share, measured.use.trained) == pytest.approx((0.4, 0.58))
+    assert measured.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * 0.58 * budget / 1700))
+    assert ("budget use:     40% of the members train their whole budget, 58% of it on average (measured on 10 "
+            "stored runs of 'quickstart' at budget 10000)") in "\n".join(measured.lines())
+    # 8 of 10 (a second store): more than three quarters, so the pack keeps all five to the end (= upper bound)
+    uri = f"sqlite:///{tmp_path}/second.db"
+    _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 8 + [(budget, 900, "grokking")] * 2)
+    most = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=uri)
+    assert most.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * budget / 1700)) == most.upper_seconds

@@ -125,36 +125,41 @@ def _span(lo, hi) -> str:
     return f"{lo:g}..{hi:g}"
 
 
-def to_budget_shares(df: pd.DataFrame) -> dict[str, float]:
-    """Per piece, the share of its configurations that trained their whole budget (the estimate's one unknown)."""
+def budget_use(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per piece, (the share of its configurations that trained their whole budget, the mean share of the budget
+    trained): what the estimate could only assume."""
     if "steps_run" not in df or "train.steps" not in df:
         return {}
     steps = pd.to_numeric(df["train.steps"], errors="coerce")
     budget = pd.to_numeric(df.get("phases.budget", steps), errors="coerce").fillna(steps)
-    full = pd.to_numeric(df["steps_run"], errors="coerce") >= steps.combine(budget, min)
-    return full.groupby(df["piece"]).mean().to_dict()
+    budget = budget.where(budget < steps, steps)
+    used = (pd.to_numeric(df["steps_run"], errors="coerce") / budget).clip(upper=1.0)
+    by_piece = used.groupby(df["piece"])
+    return {p: (float((u >= 1).mean()), float(u.mean())) for p, u in by_piece}
 
 
-def _timings_table(records: list[PieceRecord], timings: list[PieceTiming], measured_shares: dict) -> str:
-    """The share columns say why a piece missed its estimate: the estimate assumed a share of members would
-    train their whole budget (LONG_SHARE, or one measured on earlier runs); the last column is what happened."""
+def _timings_table(records: list[PieceRecord], timings: list[PieceTiming], measured_use: dict) -> str:
+    """The budget-use columns say why a piece missed its estimate: the estimate assumed what share of the members
+    would train their whole budget and how much of it they would train on average (a prior, or what earlier
+    runs measured); the next column is what happened."""
     from ..sweep.estimate import LONG_SHARE
+
+    def pair(use) -> str:
+        return "-" if use is None else f"{use[0]:.0%} / {use[1]:.0%}"
 
     rows = []
     for rec, t in zip(records, timings, strict=True):
         when = "; ".join(f"{_utc(s)} ({_minutes(w)})" for s, w in rec.segments) or "-"
-        assumed = f"{rec.share[0]:.0%}" if rec.share else f"{LONG_SHARE:.0%}"
-        measured = measured_shares.get(t.name)
         rows.append({"piece": t.name, "configurations": t.configurations, "packs": t.packs,
                      "estimate": _minutes(t.estimate_s), "upper bound": _minutes(t.upper_s),
                      "measured": _minutes(t.measured_s), "measured / estimate": f"{t.ratio:.2f}",
-                     "to budget, assumed": assumed,
-                     "to budget, measured": "-" if measured is None else f"{measured:.0%}",
+                     "budget use, assumed": pair(rec.use or (LONG_SHARE, LONG_SHARE)),
+                     "budget use, measured": pair(measured_use.get(t.name)),
                      "ran (UTC, wall)": when})
-    table = _md_table(pd.DataFrame(rows))
-    bases = [f"{r.name}: {r.share[1].strip('()')}" for r in records if r.share and r.share[1]]
-    return table + ("\n\nThe assumed share of members that train their whole budget: " + "; ".join(bases) + "."
-                    if bases else "")
+    bases = [f"{r.name}: {r.use[2]}" for r in records if r.use and r.use[2]]
+    return (_md_table(pd.DataFrame(rows)) + "\n\nBudget use: the share of members that train their whole budget / "
+            "the mean share of the budget trained. The estimate's figures: "
+            + ("; ".join(bases) if bases else f"assumed ({LONG_SHARE:.0%} / {LONG_SHARE:.0%})") + ".")
 
 
 def _commands(figure: Figure) -> list[str]:
@@ -324,7 +329,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
              f"against **{_minutes(estimate)} estimated** by the dry-run (measured / estimate = "
              f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
              f"{', '.join(sorted({r.code_version for r in records if r.code_version})) or '-'}.", "",
-             _timings_table(records, timings, to_budget_shares(df)), "",
+             _timings_table(records, timings, budget_use(df)), "",
              "## Phase counts", "", _md_table(_counts_table(counts, len(df))), ""]
     if figure.pieces[0].search:
         body, summary = _search_section(figure, records, df, img_dir, tracking_uri)

@@ -23,7 +23,8 @@ WALL_METRIC = "atlas/wall_s"
 ESTIMATE_METRIC = "atlas/estimate_s"  # the dry-run estimate, made just before the piece first ran
 UPPER_METRIC = "atlas/estimate_upper_s"
 SHARE_METRIC = "atlas/estimate_to_budget"  # share of members the estimate assumed would train their whole budget
-SHARE_TAG = "grokray.atlas.estimate_to_budget"  # where that share came from
+TRAINED_METRIC = "atlas/estimate_budget_trained"  # the mean share of the budget it assumed they would train
+USE_TAG = "grokray.atlas.estimate_budget_use"  # where those two came from
 HEARTBEAT_S = 30.0
 
 
@@ -37,7 +38,7 @@ class PieceRecord:
     estimate: tuple[float, float] | None = None  # (expected, upper bound) seconds, as estimated before it ran
     configurations: int = 0
     packs: int = 0
-    share: tuple[float, str] | None = None  # (members assumed to train their budget, basis), as estimated
+    use: tuple[float, float, str] | None = None  # the estimate's (to budget, budget trained, basis)
 
     @property
     def wall_s(self) -> float:
@@ -95,9 +96,9 @@ class SegmentClock:
     is made by `grokray run` after the segment starts, so the clock looks it up by spec hash until it appears."""
 
     def __init__(self, tracking_uri: str, piece: PieceRun, estimate: tuple[float, float],
-                 share: tuple[float, str] | None = None, every: float = HEARTBEAT_S):
+                 use: tuple[float, float, str] | None = None, every: float = HEARTBEAT_S):
         self.tracking_uri, self.piece, self.every = tracking_uri, piece, every
-        self.estimate, self.share = estimate, share
+        self.estimate, self.use = estimate, use
         self.start = time.time()
         self.run_id: str | None = None
         self._stop = threading.Event()
@@ -116,9 +117,10 @@ class SegmentClock:
         if self.run_id is None:
             client.log_metric(run_id, ESTIMATE_METRIC, self.estimate[0])
             client.log_metric(run_id, UPPER_METRIC, self.estimate[1])
-            if self.share is not None:
-                client.log_metric(run_id, SHARE_METRIC, self.share[0])
-                client.set_tag(run_id, SHARE_TAG, self.share[1])
+            if self.use is not None:
+                client.log_metric(run_id, SHARE_METRIC, self.use[0])
+                client.log_metric(run_id, TRAINED_METRIC, self.use[1])
+                client.set_tag(run_id, USE_TAG, self.use[2])
             self.run_id = run_id
 
     def _beat(self) -> None:
@@ -185,15 +187,15 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
         else:
             action = "resumed" if parent is not None else "ran"
             stored = parent.data.metrics if parent is not None else {}
-            share = None  # a resumed piece keeps the estimate made before it first ran
+            use = None  # a resumed piece keeps the estimate made before it first ran
             if ESTIMATE_METRIC in stored:
                 est = (stored[ESTIMATE_METRIC], stored[UPPER_METRIC])
             else:
                 e = estimate_piece(piece, tracking_uri)
-                est, share = (e.seconds, e.upper_seconds), (e.long_share, e.share_basis)
+                est, use = (e.seconds, e.upper_seconds), (e.use.share, e.use.trained, e.use.basis)
             log(f"[atlas] {figure.stem} {piece.name}: {'resuming' if parent is not None else 'running'} "
                 f"{len(piece.spec.points())} configurations (estimate {est[0] / 60:.1f} min)")
-            with SegmentClock(tracking_uri, piece, est, share) as clock:
+            with SegmentClock(tracking_uri, piece, est, use) as clock:
                 if parent is not None:
                     clock.log(client, parent.info.run_id)  # a resumed piece's clock starts at once
                 run_id = _run_piece(piece, figure.scale, tracking_uri, results_dir, parent is not None, progress)
@@ -204,9 +206,10 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
             continue
         m, tags = parent.data.metrics, parent.data.tags
         est = (m[ESTIMATE_METRIC], m[UPPER_METRIC]) if ESTIMATE_METRIC in m else None
-        share = (m[SHARE_METRIC], tags.get(SHARE_TAG, "")) if SHARE_METRIC in m else None
+        use = (m[SHARE_METRIC], m.get(TRAINED_METRIC, m[SHARE_METRIC]), tags.get(USE_TAG, "")) \
+            if SHARE_METRIC in m else None
         records.append(PieceRecord(piece.name, parent.info.run_id, action, segments(client, parent.info.run_id),
                                    tags.get("grokray.code_version", ""), est,
                                    int(tags.get("grokray.configurations", len(piece.spec.points()))),
-                                   int(tags.get("grokray.packs", 0)), share))
+                                   int(tags.get("grokray.packs", 0)), use))
     return records

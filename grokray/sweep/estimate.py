@@ -3,18 +3,17 @@
 Each pack's step cost a + b*K is measured on this machine (engine.cost.calibrate) for a handful of packs spread
 over the plan; the other packs take the cost of the nearest calibrated one (round-robin dealing makes neighbours
 alike). A pack then costs its Tune trial's start-up plus its steps, and the packs are scheduled longest first
-onto the concurrent slots. Members stop once classified, which no estimate can know in advance; the phases
-split them in two: those that generalize stop within a few percent of the budget, the memorization and
-confusion ones train to its end. The estimate assumes a share of each pack's members are of the second kind
-(LONG_SHARE, or the share measured on the experiment's stored runs: tracking.history), and that the pack sheds
-the others as the engine does (PackTrainer compacts once a quarter has stopped); the
-every-member-to-its-budget figure is reported beside it as the upper bound.
+onto the concurrent slots. Members stop once classified, which no calibration can know in advance: the
+memorization and confusion ones train to the budget's end, the others stop when their validation accuracy
+crosses (a grokking member late). The estimate takes how much of the budget members train (BudgetUse) from the
+experiment's stored runs where there are enough (tracking.history), else assumes half of them train it all and
+half stop at once; the pack sheds stopped members as the engine does (PackTrainer compacts once a quarter has
+stopped). The every-member-to-its-budget figure is reported beside it as the upper bound.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -22,7 +21,7 @@ from ..engine.cost import StepCost, calibrate
 from ..engine.sizing import AddressSpaceCap, out_of_memory
 from .expand import Pack, Plan, local_slots, model_steps
 
-LONG_SHARE = 0.5  # members expected to train to their budget, without history (measured: 0.15 to 0.85 by figure)
+LONG_SHARE = 0.5  # members expected to train their whole budget, without history (measured: 0.15 to 0.85)
 PACK_START_S = 5.0  # a Tune trial: worker process, imports (torch, ray.tune, mlflow), pack built, runs opened
 MEMBER_S = 0.05  # per member: its MLflow child run created, curves delivered, closed
 SWEEP_S = 12.0  # Ray started and stopped, parent run opened and closed, phase counts gathered
@@ -31,6 +30,18 @@ CALIBRATION_S = 8.0  # after this many seconds of measuring, the packs measured 
 # Without a calibration (--no-calibrate, or a GPU spec on a machine without one): a flat rate per model-step.
 ASSUMED_CPU_RATE = 1700.0  # model-steps/s per core, Liu's toy at width 200 packed (the old, single figure)
 ASSUMED_GPU_RATE = 50000.0  # model-steps/s per pack on one card for small models
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    """How much of their budget the members that stop once classified will train."""
+
+    share: float  # the share that trains all of it (memorization, confusion)
+    trained: float  # the mean share of the budget trained, over all of them
+    basis: str  # where the figures come from
+
+
+PRIOR = BudgetUse(LONG_SHARE, LONG_SHARE, "assumed: no stored runs of this experiment to measure it on")
 
 
 @dataclass
@@ -43,18 +54,17 @@ class Estimate:
     slots: int  # packs running at once
     basis: str  # how the step costs were obtained
     costs: dict[str, StepCost] = field(default_factory=dict)  # pack id -> calibrated cost (sampled packs)
-    long_share: float = LONG_SHARE  # members assumed to train to their budget
-    share_basis: str = "assumed"  # where long_share comes from
+    use: BudgetUse = PRIOR  # how much of its budget a member was assumed to train
 
     def lines(self) -> list[str]:
         return [
             f"configurations: {self.configurations}",
             f"packs:          {self.packs}  ({self.slots} at once)",
             f"model-steps:    {self.model_steps}  (sum of min(train.steps, phases.budget))",
-            f"estimate:       {fmt_minutes(self.seconds)}  (if {self.long_share:.0%} of the members train to their "
-            f"budget and the rest stop early; upper bound {fmt_minutes(self.upper_seconds)} if every one trains "
-            "to its budget)",
-            f"to budget:      {self.long_share:.0%} of the members {self.share_basis}",
+            f"estimate:       {fmt_minutes(self.seconds)}  (if the members train {self.use.trained:.0%} of their "
+            f"budget on average; upper bound {fmt_minutes(self.upper_seconds)} if every one trains all of it)",
+            f"budget use:     {self.use.share:.0%} of the members train their whole budget, {self.use.trained:.0%} "
+            f"of it on average ({self.use.basis})",
             f"step costs:     {self.basis}",
         ]
 
@@ -63,23 +73,23 @@ def fmt_minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def pack_seconds(pack: Pack, cost: StepCost, expected: bool = True, share: float = LONG_SHARE) -> float:
-    """Start-up + steps. Expected: the pack runs to its longest budget at the size it shrinks to once the members
-    that stop early have left it (`share` of them stay; a pack keeps its size while more than three quarters
-    train on). Upper: every member trains to its budget."""
+def pack_seconds(pack: Pack, cost: StepCost, expected: bool = True, use: BudgetUse = PRIOR) -> float:
+    """Start-up + steps. Upper: every member trains its budget. Expected: the members that stop once classified
+    train `use.trained` of their budget; the pack pays for each member's steps, but while more than three quarters
+    of it train the whole budget (`use.share`) it sheds no one and pays for every member to the end. A
+    one-member pack (a search trial) ends when its member stops."""
     steps = [model_steps(m.config) for m in pack.members]
     k, longest = len(steps), max(steps)
     start = PACK_START_S + MEMBER_S * k
-    if not expected:
-        return start + cost.a * longest + cost.b * sum(steps)
     stopping = [m.config.phases.stop_when_classified for m in pack.members]
-    if not any(stopping):
+    if not expected or not any(stopping):
         return start + cost.a * longest + cost.b * sum(steps)
     if k == 1:
-        return start + share * longest * cost.seconds(1)
-    long_members = sum(1 for s in stopping if not s) + share * sum(stopping)
-    kept = k if long_members > 0.75 * k else max(1, math.ceil(long_members))
-    return start + longest * cost.seconds(kept)
+        return start + use.trained * longest * cost.seconds(1)
+    if sum(1 for s in stopping if not s) + use.share * sum(stopping) > 0.75 * k:
+        return start + cost.a * longest + cost.b * sum(steps)
+    trained = sum(n if not s else use.trained * n for n, s in zip(steps, stopping, strict=True))
+    return start + cost.a * longest + cost.b * trained
 
 
 def schedule(durations: list[float], slots: int) -> float:
@@ -146,7 +156,7 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     else:
         why = "--no-calibrate" if not calibrate_costs else "no CUDA device here to measure on"
         basis = f"{assumed} ({why})"
-    share, share_basis = budget_share(plan, tracking_uri)
+    use = budget_use(plan, tracking_uri)
     expected, upper = [], []
     for i, pack in enumerate(plan.packs):
         if order:
@@ -154,23 +164,23 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
             cost = costs[plan.packs[nearest].pack_id]
         else:
             cost = flat
-        expected.append(pack_seconds(pack, cost, share=share))
+        expected.append(pack_seconds(pack, cost, use=use))
         upper.append(pack_seconds(pack, cost, expected=False))
     slots = slots or _slots(plan, cpus)
     return Estimate(plan.n_configs, len(plan.packs), plan.model_steps, SWEEP_S + schedule(expected, slots),
-                    SWEEP_S + schedule(upper, slots), slots, basis, costs, share, share_basis)
+                    SWEEP_S + schedule(upper, slots), slots, basis, costs, use)
 
 
-def budget_share(plan: Plan, tracking_uri: str | None) -> tuple[float, str]:
-    """(share of members expected to train to their budget, where that figure comes from)."""
+def budget_use(plan: Plan, tracking_uri: str | None) -> BudgetUse:
+    """What the stored runs of the plan's experiment trained of their budget, or the prior."""
     if tracking_uri and plan.packs:
         from ..tracking.history import stored_budget_share
 
         budget = max(model_steps(m.config) for p in plan.packs for m in p.members)
         found = stored_budget_share(tracking_uri, plan.spec.name, budget)
         if found is not None:
-            return found.share, f"({found.describe(plan.spec.name)})"
-    return LONG_SHARE, "(assumed: no stored runs of this experiment to measure it on)"
+            return BudgetUse(found.share, found.trained, found.describe(plan.spec.name))
+    return PRIOR
 
 
 def _cuda() -> bool:

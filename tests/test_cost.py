@@ -156,18 +156,28 @@ def test_only_allocation_failures_count_as_out_of_memory():
 
 
 def _stored_runs(uri: str, experiment: str, runs: list[tuple[int, int, str]]) -> None:
-    """Child runs as a sweep leaves them: the budget as params, steps_run as a metric, the phase as a tag."""
+    """Child runs as a finished sweep leaves them (the budget as params, steps_run as a metric, the phase as a
+    tag), beside a sweep still running: its early stoppers are classified, its long members not yet."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
     exp = client.create_experiment(experiment)
-    for budget, steps_run, phase in runs:
-        run = client.create_run(exp, tags={"grokray.role": "configuration", "grokray.phase": phase})
+
+    def child(parent, budget, steps_run=None, phase=None):
+        tags = {"grokray.role": "configuration", "mlflow.parentRunId": parent}
+        run = client.create_run(exp, tags=tags | ({"grokray.phase": phase} if phase else {}))
         client.log_param(run.info.run_id, "train.steps", budget)
         client.log_param(run.info.run_id, "phases.budget", budget)
-        client.log_metric(run.info.run_id, "steps_run", steps_run)
-    unclassified = client.create_run(exp, tags={"grokray.role": "configuration"})  # a member still training
-    client.log_param(unclassified.info.run_id, "train.steps", 10000)
+        if steps_run is not None:
+            client.log_metric(run.info.run_id, "steps_run", steps_run)
+
+    done, running = (client.create_run(exp, tags={"grokray.role": "parent"}).info.run_id for _ in range(2))
+    for budget, steps_run, phase in runs:
+        child(done, budget, steps_run, phase)
+    client.set_terminated(done, "FINISHED")
+    for _ in range(10):
+        child(running, 10000, 500, "comprehension")
+        child(running, 10000)
 
 
 def test_the_share_that_trains_to_budget_is_read_from_the_nearest_stored_budget(tmp_path):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .delivery import server_answers
-from .mlflow_runs import PHASE_TAG, search_all
+from .mlflow_runs import PHASE_TAG, ROLE_TAG, search_all
 
 MIN_RUNS = 8  # fewer classified runs at one budget say too little to replace the prior
 
@@ -54,12 +54,18 @@ def _budget(params: dict) -> int | None:
 
 
 def budget_use(client, experiment_name: str) -> dict[int, list[float]]:
-    """budget -> the share of it each classified child run of the experiment trained (steps_run / budget)."""
+    """budget -> the share of it each classified child run of a finished sweep trained (steps_run / budget)."""
     exp = client.get_experiment_by_name(experiment_name)
     if exp is None:
         return {}
+    # only finished sweeps: one still running has classified its early stoppers and not yet the members that
+    # train their whole budget, so its children would say the budget is cheap
+    finished = {r.info.run_id for r in search_all(
+        client, exp.experiment_id, f"tags.`{ROLE_TAG}` = 'parent' and attributes.status = 'FINISHED'")}
     used: dict[int, list[float]] = {}
     for run in search_all(client, exp.experiment_id, f"tags.`{PHASE_TAG}` LIKE '%'"):
+        if run.data.tags.get("mlflow.parentRunId") not in finished:
+            continue
         budget, steps = _budget(run.data.params), run.data.metrics.get("steps_run")
         if budget and steps is not None:
             used.setdefault(budget, []).append(min(steps, budget) / budget)

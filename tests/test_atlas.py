@@ -172,6 +172,9 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     # a piece left unfinished (as a killed driver leaves it) is resumed, not rerun: same parent, a second segment
     low = result.records[0].parent_run_id
     client.set_terminated(low, "KILLED")
+    [partial] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), run=False, log=lines.append)
+    assert partial.page is None and partial.error == "pieces not run or not complete: low"
+    assert (out / "small-reduced.md").read_text() == page  # --pages-only does not write half a figure
     [third] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress=False, log=lines.append)
     assert [r.action for r in third.records] == ["resumed", "skipped"]
     assert third.records[0].parent_run_id == low and len(third.records[0].segments) == 2

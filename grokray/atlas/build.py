@@ -70,9 +70,10 @@ def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracki
                 results.append(FigureResult(figure, stored, timings, page))
                 continue
             records = run_figure(figure, tracking_uri, storage, run=run, progress=progress, log=log)
-            if any(not r.parent_run_id for r in records):
-                missing = [r.name for r in records if not r.parent_run_id]
-                results.append(FigureResult(figure, records, [], None, f"pieces not run: {', '.join(missing)}"))
+            unfinished = [r for r in records if not r.parent_run_id or r.action == "incomplete"]
+            if unfinished:  # a page of part of a figure would pass for the whole of it
+                results.append(FigureResult(figure, records, [], None, "pieces not run or not complete: "
+                                            + ", ".join(r.name for r in unfinished)))
                 continue
             timings = piece_timings(figure, records, tracking_uri)
             page = write_page(figure, records, timings, out_dir, tracking_uri)

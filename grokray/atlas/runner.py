@@ -26,6 +26,7 @@ SHARE_METRIC = "atlas/estimate_to_budget"  # share of members the estimate assum
 TRAINED_METRIC = "atlas/estimate_budget_trained"  # the mean share of the budget it assumed they would train
 USE_TAG = "grokray.atlas.estimate_budget_use"  # where those two came from
 HEARTBEAT_S = 30.0
+STORED = {"missing": "not run", "skipped": "complete in MLflow", "incomplete": "not complete"}  # action -> words
 
 
 @dataclass
@@ -173,7 +174,8 @@ def _start_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, r
 def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = True,
                progress: bool | None = None, log=print) -> list[PieceRecord]:
     """Run (or skip, or resume) every piece of one figure; returns what each piece did and its wall time.
-    run=False only looks up what is stored (a piece never run gives action 'missing')."""
+    run=False only looks up what is stored (a piece never run gives action 'missing', one interrupted or still
+    running 'incomplete')."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
@@ -182,8 +184,8 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
     for piece in figure.pieces:
         parent = find_parent(client, piece.spec.name, piece.spec.hash())
         if is_complete(parent) or not run:
-            action = "skipped" if parent is not None else "missing"
-            log(f"[atlas] {figure.stem} {piece.name}: {'complete in MLflow' if parent else 'not run'}")
+            action = "missing" if parent is None else "skipped" if is_complete(parent) else "incomplete"
+            log(f"[atlas] {figure.stem} {piece.name}: {STORED[action]}")
         else:
             action = "resumed" if parent is not None else "ran"
             stored = parent.data.metrics if parent is not None else {}

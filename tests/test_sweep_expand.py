@@ -66,12 +66,16 @@ def test_flatten():
     assert flatten({"a": {"b": {"c": 1}}, "d": [1, 2], "e": {}}) == {"a.b.c": 1, "d": [1, 2], "e": {}}
 
 
-def test_dry_run_prints_counts_without_ray(capsys):
+def test_dry_run_prints_counts_without_ray(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the default store, sqlite:///mlflow.db, is looked for here
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     code = main(["run", str(QUICKSTART), "--scale", "smoke", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 0
     spec = load_spec(QUICKSTART, scale="smoke")
     assert f"configurations: {len(spec.points())}" in out and f"model-steps:    {300 * len(spec.points())}" in out
+    assert "budget use:     50% of the members train their whole budget, 50% of it on average (assumed" in out
+    assert list(tmp_path.iterdir()) == []  # looking for earlier runs made no store
 
 
 def test_bad_spec_rejected_before_ray_and_mlflow(tmp_path, monkeypatch, capsys):

@@ -125,17 +125,18 @@ def _span(lo, hi) -> str:
     return f"{lo:g}..{hi:g}"
 
 
-def budget_use(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
+def measured_budget_use(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per piece, (the share of its configurations that trained their whole budget, the mean share of the budget
     trained): what the estimate could only assume."""
+    from ..tracking.history import share_and_mean
+
     if "steps_run" not in df or "train.steps" not in df:
         return {}
     steps = pd.to_numeric(df["train.steps"], errors="coerce")
     budget = pd.to_numeric(df.get("phases.budget", steps), errors="coerce").fillna(steps)
     budget = budget.where(budget < steps, steps)
     used = (pd.to_numeric(df["steps_run"], errors="coerce") / budget).clip(upper=1.0)
-    by_piece = used.groupby(df["piece"])
-    return {p: (float((u >= 1).mean()), float(u.mean())) for p, u in by_piece}
+    return {p: share_and_mean(u.dropna()) for p, u in used.groupby(df["piece"]) if u.notna().any()}
 
 
 def _timings_table(records: list[PieceRecord], timings: list[PieceTiming], measured_use: dict) -> str:
@@ -329,7 +330,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
              f"against **{_minutes(estimate)} estimated** by the dry-run (measured / estimate = "
              f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
              f"{', '.join(sorted({r.code_version for r in records if r.code_version})) or '-'}.", "",
-             _timings_table(records, timings, budget_use(df)), "",
+             _timings_table(records, timings, measured_budget_use(df)), "",
              "## Phase counts", "", _md_table(_counts_table(counts, len(df))), ""]
     if figure.pieces[0].search:
         body, summary = _search_section(figure, records, df, img_dir, tracking_uri)

@@ -53,7 +53,7 @@ def _budget(params: dict) -> int | None:
     return min(steps, int(float(budget))) if budget not in (None, "None") else steps
 
 
-def budget_use(client, experiment_name: str) -> dict[int, list[float]]:
+def trained_fractions(client, experiment_name: str) -> dict[int, list[float]]:
     """budget -> the share of it each classified child run of a finished sweep trained (steps_run / budget)."""
     exp = client.get_experiment_by_name(experiment_name)
     if exp is None:
@@ -80,12 +80,17 @@ def stored_budget_share(tracking_uri: str, experiment_name: str, budget: int) ->
     from mlflow.tracking import MlflowClient
 
     try:
-        used = budget_use(MlflowClient(tracking_uri), experiment_name)
+        used = trained_fractions(MlflowClient(tracking_uri), experiment_name)
     except Exception:  # noqa: BLE001 - an unreachable or foreign store leaves the estimate on its prior
         return None
     usable = {b: u for b, u in used.items() if len(u) >= MIN_RUNS}
     if not usable or budget <= 0:
         return None
     nearest = min(usable, key=lambda b: (abs(math.log(b / budget)), -b))
-    u = usable[nearest]
-    return BudgetShare(sum(f >= 1 for f in u) / len(u), sum(u) / len(u), len(u), nearest)
+    return BudgetShare(*share_and_mean(usable[nearest]), len(usable[nearest]), nearest)
+
+
+def share_and_mean(fractions) -> tuple[float, float]:
+    """(the share that trained the whole budget, the mean share trained) of per-member fractions of a budget."""
+    fractions = list(fractions)
+    return sum(f >= 1 for f in fractions) / len(fractions), sum(fractions) / len(fractions)

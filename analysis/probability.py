@@ -1,7 +1,7 @@
 """Phase-probability maps: per cell, the share of seeds in each phase with Wilson intervals, and the majority
 phase filled over a (possibly unevenly sampled) target lattice. Data only; `analysis.plots_probability` draws it.
 
-An adaptive sweep (grokray.sweep.adaptive) samples a lattice unevenly: densely at boundaries, sparsely inside
+An adaptive sweep (grokray.plan.lattice) samples a lattice unevenly: densely at boundaries, sparsely inside
 uniform regions. `probability_map` fills every lattice point with the nearest sampled point (distance in lattice
 steps, each axis in its own scale: log10 for log axes), so uniform regions are drawn as regions and sampled
 points stay marked.

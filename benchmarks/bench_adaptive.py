@@ -1,6 +1,6 @@
 """Adaptive phase diagram vs the full grid on the quickstart problem (Liu's toy model, decoder lr x weight decay).
 
-Both use the same target lattice (`grokray.sweep.adaptive`: lr = logspace(-4, -2, N), wd = linspace(0, 10, N),
+Both use the same target lattice (`grokray.plan.lattice`: lr = logspace(-4, -2, N), wd = linspace(0, 10, N),
 N = 17 by default) and the same reduced training budget (`--steps`, for both). The trials are trained with the
 core engine directly (`grokray.engine.PackTrainer`, one pack per chunk, `--workers` processes), not Ray: the
 point here is which trials are run, and that is decided by the same pure function the sweep uses
@@ -49,7 +49,7 @@ def _train_chunk(args) -> list[str]:
     import torch
 
     from grokray.engine import PackTrainer
-    from grokray.sweep.adaptive import parse_adaptive, trial_point
+    from grokray.plan.lattice import parse_adaptive, trial_point
 
     n, steps, trials, dtype = args
     torch.set_num_threads(1)
@@ -79,7 +79,7 @@ def machine() -> str:
 
 
 def reference(n: int, steps: int, workers: int, fresh: bool, dtype: str) -> tuple[dict, dict]:
-    from grokray.sweep.adaptive import parse_adaptive
+    from grokray.plan.lattice import parse_adaptive
 
     path = DATA / f"adaptive_reference_{n}x{n}_steps{steps}{SUFFIX[dtype]}.json"
     if path.exists() and not fresh:
@@ -100,7 +100,8 @@ def reference(n: int, steps: int, workers: int, fresh: bool, dtype: str) -> tupl
 def adaptive(n: int, steps: int, budget: int, workers: int, lookup: dict | None, start: int = 5,
              dtype: str = "float32") -> dict:
     """Rounds of next_points -> train (or look up, with --replay) until nothing is proposed."""
-    from grokray.sweep.adaptive import next_points, parse_adaptive
+    from grokray.plan.lattice import parse_adaptive
+    from grokray.plan.refine import next_points
 
     plan = parse_adaptive(make_spec(n, steps, budget, start, dtype))
     observed: dict = {}
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
 
     import numpy as np
 
-    from grokray.sweep.adaptive import fill, majority
+    from grokray.plan.refine import fill, majority
 
     ref, meta = reference(args.n, args.steps, args.workers, args.fresh, args.dtype)
     full = len(ref)
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
         return 0
     budget = int(args.budget_frac * full)
     if args.adaptive_in:
-        from grokray.sweep.adaptive import parse_adaptive
+        from grokray.plan.lattice import parse_adaptive
 
         stored = json.loads(Path(args.adaptive_in).read_text())
         observed: dict = {}

@@ -29,7 +29,7 @@ import optuna
 from grokray.engine import run_trial
 from grokray.search.config import parse_search, start_trial, trial_config
 from grokray.search.objective import objective_values
-from grokray.search.runner import distributions, make_sampler
+from grokray.search.study import distributions, make_sampler
 from grokray.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

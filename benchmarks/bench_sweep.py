@@ -118,10 +118,11 @@ def run_grokray(steps: int, workdir: Path) -> dict:
     """grokray's wall time, split (in core-seconds: wall x concurrent packs) into Ray start-up, scheduling and
     worker start-up (and the idle tail), per-pack set-up (trainer build, checkpoints, Tune reports), MLflow
     (the workers' time in MLflow calls) and training."""
-    from grokray.sweep.runner import SweepOptions, run_sweep
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
 
     spec = grid_spec(steps)
-    options = SweepOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
+    options = LaunchOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
                            storage=str(workdir / "grokray-results"), progress=False)
     t0 = time.perf_counter()
     summary = run_sweep(spec, options)  # validates, starts Ray (opening MLflow meanwhile), runs, stops Ray
@@ -180,14 +181,14 @@ def run_bare(steps: int) -> dict:
     what Ray and MLflow cost, measured from outside."""
     import multiprocessing as mp
 
-    from grokray.sweep.expand import expand, local_slots
-    from grokray.sweep.runner import SweepOptions
+    from grokray.plan.expand import expand, local_slots
+    from grokray.run.options import LaunchOptions
 
     spec = grid_spec(steps)
     slots = local_slots(spec, os.cpu_count())
     plan = expand(spec, slots=slots)
     packs = [[m.config.to_dict() for m in p.members] for p in plan.packs]
-    chunk = SweepOptions().checkpoint_every
+    chunk = LaunchOptions().checkpoint_every
     t0 = time.perf_counter()
     with mp.get_context("spawn").Pool(min(slots, len(packs))) as pool:
         train_s = pool.starmap(_train_bare, [(p, chunk) for p in packs])

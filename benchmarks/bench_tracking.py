@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from grokray.tracking.local_servers import GUNICORN_OPTS, LocalPostgres, MlflowServer
-from grokray.tracking.mlflow_runs import SERVER_CONCURRENCY
+from grokray.tracking.pack_runs import SERVER_CONCURRENCY
 
 SERIES = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
 
@@ -46,7 +46,7 @@ def writer(args) -> dict:
     url, exp_id, parent, w, members, reports, points, concurrency, start_at = args
     from grokray.spec import load_spec
     from grokray.tracking import delivery
-    from grokray.tracking.mlflow_runs import PackTracker
+    from grokray.tracking.pack_runs import PackTracker
 
     latencies = []
     real = delivery.deliver

@@ -6,14 +6,15 @@ import argparse
 import sys
 
 from .errors import SpecError
+from .run.options import LaunchOptions
 
 
 def _train(args) -> int:
     import torch
 
     from .engine import run_trial
-    from .report import curve_table
     from .spec import load_spec
+    from .terminal import curve_table
 
     spec = load_spec(args.spec, args.set, args.scale)
     config = spec.first_trial()
@@ -26,12 +27,42 @@ def _train(args) -> int:
     return 0
 
 
+def _launch_options(args) -> LaunchOptions:
+    """The options every driver takes, from whichever of them this command offers."""
+    fields = {"resume": "resume", "max_concurrent": "max_concurrent", "address": "address",
+              "tracking_uri": "tracking_uri", "storage": "storage", "checkpoint_every": "checkpoint_every",
+              "min_report_s": "report_every", "delivery_wait_s": "delivery_wait"}
+    return LaunchOptions(**{k: getattr(args, a) for k, a in fields.items() if getattr(args, a, None) is not None})
+
+
+def _finish(summary, spec_name: str) -> int:
+    """The lines every launch ends with, and its exit code (docs: 0 done, 1 a trial failed or it stopped early,
+    3 metrics left undelivered)."""
+    from .tracking.client import ui_hint
+
+    if summary.errored_trials:
+        print(f"{summary.errored_trials} trials failed after retries; rerun with --resume", file=sys.stderr)
+        for reason in sorted(set(summary.trial_errors.values()))[:5]:
+            print(f"  {reason}", file=sys.stderr)
+    elif summary.interrupted:
+        print(f"{summary.kind} launch stopped before the end; continue it with --resume", file=sys.stderr)
+    print(f"MLflow: experiment {spec_name!r}, parent run {summary.parent_run_id}")
+    print(f"open the UI: {ui_hint(summary.tracking_uri)}")
+    if summary.undelivered_points or summary.undelivered_batches:
+        print(f"grokray: MLflow at {summary.tracking_uri} did not take {summary.undelivered_points} metric points "
+              f"({summary.undelivered_batches} batches); they are saved in {summary.undelivered_dir}\n"
+              f"deliver them once it is back: grokray replay {summary.undelivered_dir} "
+              f"--tracking-uri {summary.tracking_uri}", file=sys.stderr)
+    return summary.exit_code
+
+
 def _run_adaptive(spec, args) -> int:
-    from .sweep.adaptive import next_points, parse_adaptive
+    from .plan.lattice import parse_adaptive
+    from .plan.refine import next_points
 
     plan = parse_adaptive(spec)  # the spec's adaptive: block, or its defaults for --adaptive
-    if args.max_concurrent is not None and args.max_concurrent < 1:
-        raise SpecError("--max-concurrent", f"got {args.max_concurrent}; must be >= 1")
+    options = _launch_options(args)
+    options.validate()
     x, y = plan.lattice.x, plan.lattice.y
     if args.dry_run:
         print(f"adaptive:       {x.key} x {y.key}, start {x.start}x{y.start}, target {x.target}x{y.target}")
@@ -39,28 +70,19 @@ def _run_adaptive(spec, args) -> int:
         print(f"budget:         {plan.budget} of {plan.full_grid_trials} (the full target grid)")
         return 0
 
-    from .sweep.adaptive import run_adaptive
-    from .sweep.report import phase_table
-    from .sweep.runner import SweepOptions
-    from .tracking import ui_hint
+    from .run.adaptive import run_adaptive
+    from .terminal import phase_table
 
-    options = SweepOptions(resume=args.resume, max_concurrent=args.max_concurrent, address=args.address,
-                           tracking_uri=args.tracking_uri, storage=args.storage,
-                           checkpoint_every=args.checkpoint_every, min_report_s=args.report_every)
     summary = run_adaptive(spec, options)
     print(phase_table(summary.phase_counts, summary.trials))
     print(f"{summary.trials} configurations ({summary.trials / summary.full_grid:.0%} of the {summary.full_grid} "
           f"of the full {x.target}x{y.target} grid) in {summary.rounds} rounds, {summary.wall_s:.0f} s")
-    if summary.interrupted:
-        print("adaptive sweep stopped before the end; continue it with --resume", file=sys.stderr)
-    print(f"MLflow: experiment {spec.name!r}, parent run {summary.parent_run_id}")
-    print(f"open the UI: {ui_hint(summary.tracking_uri)}")
-    return 1 if summary.errored_trials or summary.interrupted else 0
+    return _finish(summary, spec.name)
 
 
 def _run(args) -> int:
+    from .plan.expand import check_size, expand, n_configs
     from .spec import load_spec
-    from .sweep.expand import check_size, expand, n_configs
 
     spec = load_spec(args.spec, args.set, args.scale)
     if args.adaptive or spec.raw.get("adaptive"):
@@ -73,50 +95,27 @@ def _run(args) -> int:
         return 0
     check_size(spec, limit)  # before anything is built: a typo like `num: 1e6` costs nothing
     spec.trials()  # the whole sweep is validated before Ray starts or MLflow is written to
-    if args.max_concurrent is not None and args.max_concurrent < 1:
-        raise SpecError("--max-concurrent", f"got {args.max_concurrent}; must be >= 1")
-    if args.checkpoint_every < 1:
-        raise SpecError("--checkpoint-every", f"got {args.checkpoint_every}; must be >= 1")
+    options = _launch_options(args)
+    options.validate()
     if args.dry_run:
-        from .sweep.estimate import estimate_plan
-        from .tracking import resolve_tracking_uri
+        from .plan.estimate import BudgetUse, estimate_plan, plan_budget
+        from .tracking.client import resolve_tracking_uri
+        from .tracking.history import measured_budget_use
 
-        estimate = estimate_plan(expand(spec), calibrate_costs=not args.no_calibrate,
-                                 tracking_uri=resolve_tracking_uri(args.tracking_uri))
+        plan = expand(spec)
+        found = measured_budget_use(resolve_tracking_uri(args.tracking_uri), spec.name, plan_budget(plan))
+        estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, use=BudgetUse(*found) if found else None)
         print("\n".join(estimate.lines()))
         return 0
 
-    from .sweep.report import phase_table
-    from .sweep.runner import SweepOptions, run_sweep
-    from .tracking import ui_hint
+    from .run.grid import run_sweep
+    from .terminal import phase_table
 
-    options = SweepOptions(
-        resume=args.resume,
-        max_concurrent=args.max_concurrent,
-        address=args.address,
-        tracking_uri=args.tracking_uri,
-        storage=args.storage,
-        checkpoint_every=args.checkpoint_every,
-        min_report_s=args.report_every,
-        delivery_wait_s=args.delivery_wait,
-    )
-    summary = run_sweep(spec, options)
+    summary = run_sweep(spec, options, max_configs=limit)
     print(phase_table(summary.phase_counts, summary.configurations))
     print(f"{summary.configurations} configurations in {summary.packs} packs, {summary.wall_s:.0f} s; "
           f"Ray Tune results: {summary.experiment_path}")
-    if summary.errored_trials:
-        print(f"{summary.errored_trials} packs failed after retries; rerun with --resume", file=sys.stderr)
-        for reason in sorted(set(summary.trial_errors.values()))[:5]:
-            print(f"  {reason}", file=sys.stderr)
-    print(f"MLflow: experiment {spec.name!r}, parent run {summary.parent_run_id}")
-    print(f"open the UI: {ui_hint(summary.tracking_uri)}")
-    if summary.undelivered_points or summary.undelivered_batches:
-        print(f"grokray: MLflow at {summary.tracking_uri} did not take {summary.undelivered_points} metric points "
-              f"({summary.undelivered_batches} batches); they are saved in {summary.undelivered_dir}\n"
-              f"deliver them once it is back: grokray replay {summary.undelivered_dir} "
-              f"--tracking-uri {summary.tracking_uri}", file=sys.stderr)
-        return 3
-    return 1 if summary.errored_trials else 0
+    return _finish(summary, spec.name)
 
 
 def _replay(args) -> int:
@@ -124,7 +123,7 @@ def _replay(args) -> int:
 
     from mlflow.tracking import MlflowClient
 
-    from .tracking import resolve_tracking_uri
+    from .tracking.client import resolve_tracking_uri
     from .tracking.delivery import pending_points, replay_dir, spool_files
 
     if not spool_files(args.dir):
@@ -149,12 +148,9 @@ def _search(args) -> int:
     if args.n_trials is not None and args.n_trials < 1:
         raise SpecError("--n-trials", f"got {args.n_trials}; must be >= 1")
 
-    from .search.runner import SearchOptions, run_search
-    from .tracking import ui_hint
+    from .run.search import run_search
 
-    options = SearchOptions(resume=args.resume, n_trials=args.n_trials, address=args.address,
-                            tracking_uri=args.tracking_uri, storage=args.storage)
-    summary = run_search(spec, options)
+    summary = run_search(spec, _launch_options(args), n_trials=args.n_trials)
     other = summary.trials - summary.completed
     print(f"study {summary.study_name!r}: {summary.completed} trials ({summary.new_trials} run now"
           + (f"; {other} more failed, interrupted or duplicated" if other else "") + f") in {summary.wall_s:.0f} s")
@@ -172,13 +168,11 @@ def _search(args) -> int:
         print(f"  optuna-dashboard {summary.journal_path}   (serves http://127.0.0.1:8080)")
     else:
         print(f"study storage: {summary.storage}")
-    print(f"MLflow: experiment {spec.name!r}, parent run {summary.parent_run_id}")
-    print(f"open the UI: {ui_hint(summary.tracking_uri)}")
-    return 0
+    return _finish(summary, spec.name)
 
 
 def _analyze(args) -> int:
-    from .tracking import resolve_tracking_uri
+    from .tracking.client import resolve_tracking_uri
 
     if args.experiment is None and args.parent is None:
         raise SpecError("--experiment", "give the experiment (the spec's name) or --parent RUN_ID")
@@ -202,17 +196,15 @@ def _analyze(args) -> int:
 def _atlas(args) -> int:
     from pathlib import Path
 
-    from .errors import SpecError as _SpecError
-
     specs = args.specs or sorted(str(p) for p in Path("sweeps").glob("*.yaml"))
     if not specs:
-        raise _SpecError("SPEC", "no specs given and no sweeps/*.yaml here; name the spec files")
+        raise SpecError("SPEC", "no specs given and no sweeps/*.yaml here; name the spec files")
     from .atlas.plan import plan_atlas
 
     plan_atlas(specs, args.scale)  # every spec and atlas block checked before Ray starts or MLflow is written
     from .atlas.build import build_atlas
-    from .sweep.runner import resolve_storage
-    from .tracking import resolve_tracking_uri
+    from .run.cluster import resolve_storage
+    from .tracking.client import resolve_tracking_uri
 
     results = build_atlas(specs, args.scale, args.output, resolve_tracking_uri(args.tracking_uri),
                           resolve_storage(args.storage), run=not args.pages_only)
@@ -227,9 +219,42 @@ def _atlas(args) -> int:
     return 1 if any(r.page is None for r in results) else 0
 
 
+def _tracking_flag() -> argparse.ArgumentParser:
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--tracking-uri", default=None, metavar="URI",
+                       help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    return flags
+
+
+def _launch_flags() -> argparse.ArgumentParser:
+    """The flags of every command that launches trials (the fields of LaunchOptions)."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--resume", action="store_true",
+                       help="continue the last interrupted launch of this spec (a search: its study; stored trials "
+                            "keep their values, none is re-run)")
+    flags.add_argument("--max-concurrent", type=int, default=None, metavar="N", help="trials (packs) running at once")
+    flags.add_argument("--address", default=None, metavar="ADDR",
+                       help="Ray cluster to join (default: $RAY_ADDRESS, else a private local Ray)")
+    flags.add_argument("--storage", default=None, metavar="PATH",
+                       help="Ray Tune results and checkpoints, and undelivered metrics: a local path or shared/cloud "
+                            "URI (default: ./grokray-results; a search's journal defaults to <PATH>/<study>.optuna"
+                            ".journal unless search.storage names a journal file or an RDB URL)")
+    flags.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
+                       help="steps per chunk; after a chunk, a pack reports at most every --report-every seconds")
+    flags.add_argument("--report-every", type=float, default=None, metavar="SECONDS",
+                       help="how often a pack sends its new curve points to MLflow, checkpoints and reports to "
+                            "Tune (default: 30, a search every chunk; a node that dies loses at most this much of "
+                            "each pack's work)")
+    flags.add_argument("--delivery-wait", type=float, default=60.0, metavar="SECONDS",
+                       help="after a tracking outage, how long to retry the held-back metrics before leaving "
+                            "them on disk for `grokray replay` (default: 60)")
+    return flags
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grokray", description="Phase-diagram sweeps of grokking models.")
     sub = parser.add_subparsers(dest="command", required=True)
+    tracking, launching = _tracking_flag(), _launch_flags()
 
     def common(p):
         p.add_argument("spec", help="YAML spec file")
@@ -243,76 +268,51 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     train.set_defaults(func=_train)
 
-    run = sub.add_parser("run", help="run the whole sweep on Ray Tune, tracked in MLflow")
+    run = sub.add_parser("run", parents=[launching, tracking],
+                         help="run the whole sweep on Ray Tune, tracked in MLflow")
     common(run)
     run.add_argument("--dry-run", action="store_true",
                      help="print configurations, packs, model-steps and a cost estimate; start nothing")
     run.add_argument("--no-calibrate", action="store_true",
                      help="with --dry-run: assume a flat model-steps/s instead of timing a few packs here (~1 s each)")
-    run.add_argument("--resume", action="store_true", help="continue the last interrupted sweep of this spec")
     run.add_argument("--adaptive", action="store_true",
                      help="adaptive phase diagram (the spec's adaptive: block, else its defaults); a spec "
                           "with an adaptive: block runs adaptively anyway (-s adaptive=null: full grid)")
-    run.add_argument("--max-concurrent", type=int, default=None, metavar="N", help="packs running at once")
-    run.add_argument("--address", default=None, metavar="ADDR",
-                     help="Ray cluster to join (default: $RAY_ADDRESS, else a private local Ray)")
-    run.add_argument("--tracking-uri", default=None, metavar="URI",
-                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
-    run.add_argument("--storage", default=None, metavar="PATH",
-                     help="Ray Tune results and checkpoints: a local path or shared/cloud URI "
-                          "(default: ./grokray-results)")
-    run.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
-                     help="steps per chunk; after a chunk, a pack reports at most every --report-every seconds")
-    run.add_argument("--report-every", type=float, default=30.0, metavar="SECONDS",
-                     help="how often a pack sends its new curve points to MLflow, checkpoints and reports to "
-                          "Tune (default: 30; a node that dies loses at most this much of each pack's work)")
     run.add_argument("--max-configs", type=int, default=100_000, metavar="N",
                      help="refuse a sweep that expands to more configurations unless --yes (default: 100000)")
     run.add_argument("--yes", action="store_true", help="run however many configurations the spec expands to")
-    run.add_argument("--delivery-wait", type=float, default=60.0, metavar="SECONDS",
-                     help="after a tracking outage, how long to retry the held-back metrics before leaving "
-                          "them on disk for `grokray replay` (default: 60)")
     run.set_defaults(func=_run)
 
-    replay = sub.add_parser("replay", help="deliver metrics a sweep saved on disk while MLflow was unreachable")
-    replay.add_argument("dir", help="the directory `grokray run` named (<storage>/<sweep>/undelivered)")
-    replay.add_argument("--tracking-uri", default=None, metavar="URI",
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    replay = sub.add_parser("replay", parents=[tracking],
+                            help="deliver metrics a launch saved on disk while MLflow was unreachable")
+    replay.add_argument("dir", help="the directory the launch named (<storage>/undelivered/<parent run id>)")
     replay.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                         help="keep retrying an unreachable server this long (default: 60)")
     replay.set_defaults(func=_replay)
 
-    search = sub.add_parser("search", help="Optuna search (inside Ray Tune) for the settings that generalize "
-                            "fastest (the spec's search: block); a persistent, resumable study")
+    search = sub.add_parser("search", parents=[launching, tracking],
+                            help="Optuna search (inside Ray Tune) for the settings that generalize fastest (the "
+                                 "spec's search: block); a persistent, resumable study")
     common(search)
-    search.add_argument("--resume", action="store_true",
-                        help="continue the study: stored trials keep their values, none is re-run")
     search.add_argument("--n-trials", type=int, default=None, metavar="N",
                         help="trials the study should hold when done (default: search.n_trials)")
-    search.add_argument("--address", default=None, metavar="ADDR",
-                        help="Ray cluster to join (default: $RAY_ADDRESS, else a private local Ray)")
-    search.add_argument("--tracking-uri", default=None, metavar="URI",
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
-    search.add_argument("--storage", default=None, metavar="PATH",
-                        help="Ray Tune results directory; the study journal defaults to <PATH>/<study>.optuna.journal"
-                             " (default: ./grokray-results; search.storage may name a journal file or an RDB URL)")
     search.set_defaults(func=_search)
 
-    atlas = sub.add_parser("atlas", help="run every figure's spec at a scale (skipping what MLflow already holds) "
-                           "and write one page per figure, with its diagram and the paper's expectation")
+    atlas = sub.add_parser("atlas", parents=[tracking],
+                           help="run every figure's spec at a scale (skipping what MLflow already holds) and write "
+                                "one page per figure, with its diagram and the paper's expectation")
     atlas.add_argument("specs", nargs="*", metavar="SPEC", help="spec files (default: sweeps/*.yaml)")
     atlas.add_argument("--scale", choices=["smoke", "reduced", "paper"], required=True,
                        help="smoke / reduced: the spec's preset; paper: the spec itself (in its atlas pieces)")
     atlas.add_argument("-o", "--output", default="docs/atlas", metavar="DIR", help="pages (default: docs/atlas)")
-    atlas.add_argument("--tracking-uri", default=None, metavar="URI",
-                       help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     atlas.add_argument("--storage", default=None, metavar="PATH",
                        help="Ray Tune results and search journals (default: ./grokray-results)")
     atlas.add_argument("--pages-only", action="store_true", help="write pages from what MLflow holds; run nothing")
     atlas.set_defaults(func=_atlas)
 
-    analyze = sub.add_parser("analyze", help="phase diagram, steps heatmap and phase table of a sweep from MLflow; "
-                             "the figures are also logged on its parent run")
+    analyze = sub.add_parser("analyze", parents=[tracking],
+                             help="phase diagram, steps heatmap and phase table of a sweep from MLflow; the figures "
+                                  "are also logged on its parent run")
     analyze.add_argument("--experiment", default=None, metavar="NAME",
                          help="MLflow experiment (the spec's name); its latest parent run unless --all-parents")
     analyze.add_argument("--parent", default=None, metavar="RUN_ID", help="one `grokray run` (its parent run id)")
@@ -324,8 +324,6 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--representations", action="store_true",
                          help="RQI / PCA entropy / Fourier / AGOP metrics from saved final states "
                               "(spec: artifacts: {final_state: true})")
-    analyze.add_argument("--tracking-uri", default=None, metavar="URI",
-                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     analyze.add_argument("--no-log", action="store_true", help="do not log the files on the parent run")
     analyze.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the PNG/SVG/CSV files")
     analyze.set_defaults(func=_analyze)

@@ -48,6 +48,11 @@ class TrialConfig:
     def to_dict(self) -> dict:
         return to_dict(self)
 
+    @property
+    def budget_steps(self) -> int:
+        """Steps (RFM: iterations) this configuration trains at most: its train.steps, cut at phases.budget."""
+        return min(self.train.steps, self.phases.budget)
+
     def key(self) -> str:
         """Stable identity of the configuration: what a retried or resumed trial is found by."""
         blob = json.dumps(self.to_dict(), sort_keys=True, default=str)

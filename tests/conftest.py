@@ -19,3 +19,19 @@ def local_ray():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def open_parent(uri: str, spec, plan, spool_dir, kind: str = "grid"):
+    """A parent run opened as a launch opens it, and the RunTarget its packs get: for tests that drive a
+    PackTracker by hand, without Ray. Returns (ParentRun, RunTarget)."""
+    import yaml
+
+    from grokray.tracking.pack_runs import RunTarget
+    from grokray.tracking.parent import ParentRun
+
+    parent = ParentRun(uri, spec.name)
+    parent.open(kind, spec.hash(), f"{spec.name} {kind}", plan.swept, sorted(spec.log_axes),
+                yaml.safe_dump(spec.raw))
+    target = RunTarget(uri, parent.experiment_id, parent.run_id, spec.hash(), "test", tuple(plan.swept),
+                       tuple(sorted(spec.log_axes)), spool_dir=str(spool_dir))
+    return parent, target

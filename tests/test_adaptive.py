@@ -10,19 +10,9 @@ import pandas as pd
 import pytest
 
 from grokray.errors import SpecError
+from grokray.plan.lattice import AdaptivePlan, AxisLattice, Lattice, RefineRules, parse_adaptive
+from grokray.plan.refine import Cell, fill, leaf_cells, majority, next_points
 from grokray.spec import build_spec, read_yaml
-from grokray.sweep.adaptive import (
-    AdaptivePlan,
-    AxisLattice,
-    Cell,
-    Lattice,
-    RefineRules,
-    fill,
-    leaf_cells,
-    majority,
-    next_points,
-    parse_adaptive,
-)
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml"
 N = 17

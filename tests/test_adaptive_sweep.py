@@ -20,14 +20,14 @@ def smoke_spec():
 
 
 def test_adaptive_sweep_stops_and_resumes_without_rerunning(local_ray, tmp_path):
-    from grokray.sweep.adaptive import run_adaptive
-    from grokray.sweep.runner import SweepOptions
+    from grokray.run.adaptive import run_adaptive
+    from grokray.run.options import LaunchOptions
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     spec = smoke_spec()
     opts = dict(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=100, min_report_s=0.0,
                 progress=False)
-    first = run_adaptive(spec, SweepOptions(**opts), max_rounds=1)
+    first = run_adaptive(spec, LaunchOptions(**opts), max_rounds=1)
     assert first.interrupted and first.rounds == 1 and first.trials == 9 and first.errored_trials == 0
     client = MlflowClient(uri)
     parent = client.get_run(first.parent_run_id)
@@ -36,7 +36,7 @@ def test_adaptive_sweep_stops_and_resumes_without_rerunning(local_ray, tmp_path)
               for r in client.search_runs([first.experiment_id], "tags.`grokray.role` = 'configuration'")}
     assert len(before) == 9
 
-    done = run_adaptive(spec, SweepOptions(resume=True, **opts))
+    done = run_adaptive(spec, LaunchOptions(resume=True, **opts))
     assert not done.interrupted and done.parent_run_id == first.parent_run_id and done.errored_trials == 0
     assert done.rounds >= 2 and 9 < done.trials <= 20
     children = client.search_runs([done.experiment_id], "tags.`grokray.role` = 'configuration'", max_results=1000)

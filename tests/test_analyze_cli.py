@@ -15,9 +15,9 @@ from analysis import compare, load_runs, phase_counts, phase_grid
 from analysis.artifacts import STATE_ARTIFACT, load_states, representation_metrics
 from grokray.cli import main
 from grokray.engine import make_trainer
+from grokray.engine.states import member_states
 from grokray.errors import SpecError
 from grokray.spec import load_spec
-from grokray.sweep.states import member_states
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"

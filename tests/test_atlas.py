@@ -151,15 +151,18 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
 
     # the share of members that trained their whole budget, per piece: what the estimate assumed (no history
     # yet: the prior), and what happened; the next estimate of this experiment plans with the 8 runs measured
-    from grokray.sweep.estimate import LONG_SHARE, estimate_plan
-    from grokray.sweep.expand import expand
+    from grokray.plan.estimate import LONG_SHARE, BudgetUse, estimate_plan, plan_budget
+    from grokray.plan.expand import expand
+    from grokray.tracking.history import measured_budget_use
 
     used = {c.info.run_id: min(c.data.metrics["steps_run"], 150) / 150 for c in children}
     for r in result.records:
         mine = [used[c.info.run_id] for c in children if c.data.tags["mlflow.parentRunId"] == r.parent_run_id]
         measured = f"{sum(u == 1 for u in mine) / len(mine):.0%} / {sum(mine) / len(mine):.0%}"
         assert re.search(rf"^\| {r.name} \|.*\| {LONG_SHARE:.0%} / {LONG_SHARE:.0%} \| {measured} \|", page, re.M)
-    planned = estimate_plan(expand(load_spec(spec, [], "reduced")), calibrate_costs=False, tracking_uri=uri)
+    plan = expand(load_spec(spec, [], "reduced"))
+    planned = estimate_plan(plan, calibrate_costs=False,
+                            use=BudgetUse(*measured_budget_use(uri, plan.spec.name, plan_budget(plan))))
     assert planned.use.trained == pytest.approx(sum(used.values()) / 8) and "8 stored runs" in planned.use.basis
 
     # again: both pieces are complete in MLflow, nothing is run, the page is the same

@@ -40,13 +40,14 @@ def two_nodes():
 def test_trials_run_on_both_nodes(two_nodes, tmp_path):
     import ray
 
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
     from grokray.spec import load_spec
-    from grokray.sweep.runner import SweepOptions, run_sweep
 
     nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(nodes) == 2
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=3"], scale="smoke")
-    summary = run_sweep(spec, SweepOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+    summary = run_sweep(spec, LaunchOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
                                            storage=str(tmp_path / "results"), progress=False, min_report_s=0.0,
                                            checkpoint_every=100))
     assert summary.errored_trials == 0 and summary.packs >= 2

@@ -10,19 +10,27 @@ import pytest
 from grokray.engine.cost import StepCost, calibrate, step_seconds
 from grokray.engine.sizing import out_of_memory
 from grokray.errors import SpecError
-from grokray.spec import build_spec, load_spec
-from grokray.sweep.estimate import (
+from grokray.plan.estimate import (
     LONG_SHARE,
     PACK_START_S,
     SWEEP_S,
     BudgetUse,
     estimate_plan,
     pack_seconds,
+    plan_budget,
     schedule,
 )
-from grokray.sweep.expand import expand
+from grokray.plan.expand import expand
+from grokray.spec import build_spec, load_spec
+from grokray.tracking.history import measured_budget_use
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def measured_use(uri, plan):
+    """What `grokray run --dry-run` hands the estimate: the budget use measured on the store, or None."""
+    found = measured_budget_use(uri, plan.spec.name, plan_budget(plan))
+    return BudgetUse(*found) if found else None
 
 FAMILIES = {
     "toy": {"task": {"name": "addition", "p": 10, "train_size": 45},
@@ -205,11 +213,12 @@ def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
     plan = expand(spec, slots=2)
     budget = 10000
     start = PACK_START_S + 5 * 0.05
-    prior = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=f"sqlite:///{tmp_path}/empty.db")
+    empty = f"sqlite:///{tmp_path}/empty.db"
+    prior = estimate_plan(plan, calibrate_costs=False, slots=2, use=measured_use(empty, plan))
     assert prior.use.share == prior.use.trained == LONG_SHARE and "assumed" in prior.use.basis
     # 4 of 10 stored members trained their whole budget, the grokking six stopped at 30% of it: 58% on average
     _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 4 + [(budget, 3000, "grokking")] * 6)
-    measured = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=uri)
+    measured = estimate_plan(plan, calibrate_costs=False, slots=2, use=measured_use(uri, plan))
     assert (measured.use.share, measured.use.trained) == pytest.approx((0.4, 0.58))
     assert measured.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * 0.58 * budget / 1700))
     assert ("budget use:     40% of the members train their whole budget, 58% of it on average (measured on 10 "
@@ -217,5 +226,5 @@ def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
     # 8 of 10 (a second store): more than three quarters, so the pack keeps all five to the end (= upper bound)
     uri = f"sqlite:///{tmp_path}/second.db"
     _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 8 + [(budget, 900, "grokking")] * 2)
-    most = estimate_plan(plan, calibrate_costs=False, slots=2, tracking_uri=uri)
+    most = estimate_plan(plan, calibrate_costs=False, slots=2, use=measured_use(uri, plan))
     assert most.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * budget / 1700)) == most.upper_seconds

@@ -221,7 +221,7 @@ def test_a_sweep_past_the_limit_asks_for_yes(workdir, monkeypatch):
     path = workdir / "big.yaml"
     path.write_text(yaml.safe_dump(spec))
     started = []
-    import grokray.sweep.runner as runner
+    import grokray.run.grid as runner
 
     monkeypatch.setattr(runner, "run_sweep", lambda *a, **k: started.append(1))
     err = io.StringIO()

@@ -31,13 +31,14 @@ def test_gpu_request_without_cuda_or_cluster_is_refused_before_anything(tmp_path
     import ray
 
     from grokray.cli import main
-    from grokray.sweep.runner import SweepOptions, run_sweep
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert not ray.is_initialized()
     with pytest.raises(SpecError) as err:
-        run_sweep(_spec(0.5), SweepOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", storage=str(tmp_path)))
+        run_sweep(_spec(0.5), LaunchOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", storage=str(tmp_path)))
     assert err.value.field == "resources.gpu" and "cannot use CUDA" in str(err.value)
     assert main(["run", str(QUICKSTART), "-s", "resources.gpu=0.25"]) == 2
     out = capsys.readouterr().err.strip()
@@ -57,13 +58,14 @@ def ray_with_declared_gpus():
 
 
 def test_packs_share_declared_gpus_and_fail_with_their_placement(ray_with_declared_gpus, tmp_path):
-    from grokray.sweep.runner import SweepOptions, run_sweep
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
 
     spec = load_spec(QUICKSTART, ["resources.gpu=0.5", "resources.pack_size=1", "train.steps=50", "phases.budget=50",
                                   "sweep.optim.decoder.lr.logspace=[-4,-2,2]",
                                   "sweep.optim.decoder.weight_decay.values=[0,5]"])  # 4 packs of one, 0.5 GPU each
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    summary = run_sweep(spec, SweepOptions(tracking_uri=uri, storage=str(tmp_path / "results"), max_failures=0,
+    summary = run_sweep(spec, LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), max_failures=0,
                                            progress=False))
     # the sweep went on to the end: every pack failed on its own, with the reason, and the parent says FAILED
     assert summary.packs == 4 and summary.errored_trials == 4 and len(summary.trial_errors) == 4

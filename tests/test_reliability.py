@@ -19,8 +19,8 @@ from optuna.trial import TrialState
 
 from grokray.engine import make_trainer
 from grokray.engine.schedule import record_steps
+from grokray.plan.expand import expand
 from grokray.spec import load_spec
-from grokray.sweep.expand import expand
 from grokray.tracking.local_servers import LocalPostgres, MlflowServer, missing_reason
 
 pytestmark = pytest.mark.reliability
@@ -108,9 +108,9 @@ def local_ray():
 
 
 def sweep_options(tmp_path, uri, **kw):
-    from grokray.sweep.runner import SweepOptions
+    from grokray.run.options import LaunchOptions
 
-    return SweepOptions(**{"tracking_uri": uri, "storage": str(tmp_path / "results"), "checkpoint_every": 50,
+    return LaunchOptions(**{"tracking_uri": uri, "storage": str(tmp_path / "results"), "checkpoint_every": 50,
                            "min_report_s": 1.0, "progress": False, **kw})
 
 
@@ -119,7 +119,7 @@ LONG = ["phases.stop_when_classified=false", "resources.pack_size=4", "seeds=[0]
 
 # -- 3. tracking outage --------------------------------------------------------------------------------------
 def test_tracking_outage_of_30s_is_buffered_and_delivered(local_ray, tmp_path, server):
-    from grokray.sweep.runner import run_sweep
+    from grokray.run.grid import run_sweep
 
     spec = load_spec(QUICKSTART, [*LONG, "train.steps=6000", "phases.budget=6000"], scale="smoke")
     outage = {}
@@ -289,7 +289,7 @@ def test_node_loss_mid_sweep(tmp_path):
     import ray
     from ray.cluster_utils import Cluster
 
-    from grokray.sweep.runner import run_sweep
+    from grokray.run.grid import run_sweep
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
@@ -347,7 +347,7 @@ def test_node_loss_mid_sweep(tmp_path):
 
 # -- 4. load -------------------------------------------------------------------------------------------------
 def test_load_2000_configurations_through_a_server(local_ray, tmp_path):
-    from grokray.sweep.runner import run_sweep
+    from grokray.run.grid import run_sweep
 
     srv = MlflowServer(tmp_path, workers=2).start()
     try:
@@ -384,7 +384,7 @@ def test_load_2000_configurations_through_a_server(local_ray, tmp_path):
 def test_load_10000_configurations_through_a_postgres_server(local_ray, tmp_path):
     """The cluster's tracking (an `mlflow server` on PostgreSQL), 10,000 configurations: every run present and
     FINISHED with its phase, every series exactly the engine's record schedule, no point stored twice."""
-    from grokray.sweep.runner import run_sweep
+    from grokray.run.grid import run_sweep
 
     reason = missing_reason()
     if reason:

@@ -53,7 +53,8 @@ class FlakyClient:
                 self.key, self.step = key, step
 
         objs = [M(k, max(steps)) for (r, k), steps in self.points.items() if r == run_id and steps]
-        return type("Run", (), {"data": type("Data", (), {"_metric_objs": objs})()})()
+        proto = type("RunDataProto", (), {"metrics": objs})()  # RunData.to_proto(): each key's latest point
+        return type("Run", (), {"data": type("Data", (), {"to_proto": lambda self: proto})()})()
 
 
 def batch(run, steps, terminate=None):
@@ -208,7 +209,7 @@ def test_a_server_that_accepts_but_does_not_answer_costs_a_send_the_probe_not_th
     from functools import partial
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from grokray.tracking.delivery import server_answers
+    from grokray.tracking.client import server_answers
 
     booting = socket.socket()
     booting.bind(("127.0.0.1", 0))

@@ -4,12 +4,13 @@
 import math
 
 import yaml
+from conftest import open_parent
 from mlflow.tracking import MlflowClient
 
 from grokray.engine import make_trainer
+from grokray.plan.expand import expand
 from grokray.spec import build_spec
-from grokray.sweep.expand import expand
-from grokray.tracking import PackTracker, SweepTracker
+from grokray.tracking.pack_runs import PackTracker
 
 SPEC = {
     "name": "diverge",
@@ -31,12 +32,8 @@ def test_diverging_members_are_tagged_and_the_rest_unaffected(tmp_path):
     configs = [m.config for m in pack.members]
     assert len(configs) == 4
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    sweep = SweepTracker(uri, spec.name)
-    sweep.start_parent(spec, plan, str(tmp_path / "results"), "name: diverge\n")
-    ctx = {"tracking_uri": uri, "experiment_id": sweep.experiment_id, "parent_run_id": sweep.parent_run_id,
-           "spec_hash": spec.hash(), "code_version": "test", "swept": plan.swept, "log_axes": [],
-           "spool_dir": str(tmp_path / "spool")}
-    pack_dict = plan.param_space(ctx)["pack"]["grid_search"][0]
+    _, ctx = open_parent(uri, spec, plan, tmp_path / "spool")
+    pack_dict = plan.pack_dicts()[0]
 
     trainer = make_trainer(configs)
     assert trainer.run() is True  # the pack finishes

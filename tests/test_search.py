@@ -16,11 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "sweeps" / "degrok_toy.yaml"
 
 
-def _search(tmp_path, spec, **kw):
-    from grokray.search.runner import SearchOptions, run_search
+def _search(tmp_path, spec, n_trials=None, **kw):
+    from grokray.run.options import LaunchOptions
+    from grokray.run.search import run_search
 
-    options = SearchOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", storage=str(tmp_path / "results"), **kw)
-    return run_search(spec, options)
+    options = LaunchOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", storage=str(tmp_path / "results"), **kw)
+    return run_search(spec, options, n_trials=n_trials)
 
 
 def _children(summary):

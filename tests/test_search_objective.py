@@ -80,12 +80,12 @@ def test_report_hook_scores_an_unfinished_trial_with_the_penalty():
     from grokray.engine import MemberResult
 
     spec = load_spec(TOY, scale="smoke")
-    ctx = {"search": {"objective": ["time_to_generalize", "grokking_gap"], "penalty": 800.0}}
+    objective = ["time_to_generalize", "grokking_gap"]
     config = start_trial(spec)
     running = MemberResult("confusion", 120, None, None, 200, {"val/acc": 0.4}, {})
     done = MemberResult("grokking", 120, 350, 230, 350, {"val/acc": 0.95}, {})
-    assert report_metrics(ctx, [config], [running])["time_to_generalize"] == 800.0
-    out = report_metrics(ctx, [config], [done])
+    assert report_metrics(objective, 800.0, [config], [running])["time_to_generalize"] == 800.0
+    out = report_metrics(objective, 800.0, [config], [done])
     assert (out["time_to_generalize"], out["grokking_gap"], out["val/acc"]) == (350.0, 230.0, 0.95)
     assert out["trial_key"] == config.key()
 
@@ -106,7 +106,7 @@ def _study(multi):
 
 
 def test_pareto_front_history_and_importances_data():
-    from grokray.search.report import history_info, importances, pareto_info
+    from grokray.search.artifacts import history_info, importances, pareto_info
 
     spec = load_spec(TOY, ["search.objective=[time_to_generalize, grokking_gap]"])
     cfg = parse_search(spec)
@@ -122,7 +122,7 @@ def test_pareto_front_history_and_importances_data():
 def test_parent_run_gets_best_params_importances_history_and_pareto(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from grokray.search.report import log_parent_results
+    from grokray.search.artifacts import log_parent_results
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.create_experiment("t")

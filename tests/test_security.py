@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import open_parent
 from mlflow.tracking import MlflowClient
 
 from grokray.cli import main
@@ -78,7 +79,7 @@ def test_no_server_in_the_code_binds_all_interfaces():
 
 
 def test_the_ui_hint_serves_loopback():
-    from grokray.tracking import ui_hint
+    from grokray.tracking.client import ui_hint
 
     assert "127.0.0.1" in ui_hint("sqlite:////tmp/x.db")
 
@@ -89,10 +90,11 @@ def test_local_ray_starts_no_dashboard_and_keeps_token_auth(monkeypatch):
     them with its token. docs/reliability.md lists this as the one listener grokray cannot confine."""
     import ray
 
-    from grokray.sweep.runner import SweepOptions, start_ray
+    from grokray.run.cluster import start_ray
+    from grokray.run.options import LaunchOptions
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert start_ray(SweepOptions(num_cpus=1), None)
+    assert start_ray(LaunchOptions(num_cpus=1))
     try:
         listeners = _listening(os.getpid())
         assert listeners  # the scan sees Ray's sockets at all
@@ -166,7 +168,7 @@ def test_a_crafted_pickle_checkpoint_is_rejected_and_never_runs(tmp_path):
 # -- params and tags -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("word", ["token", "password", "secret", "key", "TOKEN", "Api_Key", "db_password"])
 def test_fields_named_like_credentials_are_dropped(word):
-    from grokray.tracking import clean
+    from grokray.tracking.client import clean
 
     assert clean({f"x.{word}": "s3cr3t", f"{word}": 1, "optim.decoder.lr": 0.1}) == {"optim.decoder.lr": "0.1"}
 
@@ -178,9 +180,9 @@ CANARIES = {"GROKRAY_TEST_CANARY": "canary-env-7f3a", "MLFLOW_TRACKING_TOKEN": "
 
 def test_params_and_tags_hold_no_environment_values_or_credentials(tmp_path, monkeypatch):
     from grokray.engine import make_trainer
+    from grokray.plan.expand import expand
     from grokray.spec import load_spec
-    from grokray.sweep.expand import expand
-    from grokray.tracking import PackTracker, SweepTracker
+    from grokray.tracking.pack_runs import PackTracker
 
     for name, value in CANARIES.items():
         monkeypatch.setenv(name, value)
@@ -188,12 +190,8 @@ def test_params_and_tags_hold_no_environment_values_or_credentials(tmp_path, mon
                                                             "resources.pack_size=4"], scale="smoke")
     plan = expand(spec, slots=1)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    sweep = SweepTracker(uri, spec.name)
-    sweep.start_parent(spec, plan, str(tmp_path / "results"), yaml.safe_dump(spec.raw))
-    ctx = {"tracking_uri": uri, "experiment_id": sweep.experiment_id, "parent_run_id": sweep.parent_run_id,
-           "spec_hash": spec.hash(), "code_version": "test", "swept": plan.swept, "log_axes": [],
-           "spool_dir": str(tmp_path / "spool"), "api_token": CANARIES["MLFLOW_TRACKING_TOKEN"]}
-    pack = plan.param_space(ctx)["pack"]["grid_search"][0]
+    sweep, ctx = open_parent(uri, spec, plan, tmp_path / "spool")
+    pack = plan.pack_dicts()[0]
     pack["members"][0]["config"]["task"]["secret_key"] = CANARIES["HF_API_KEY"]  # a field named like a credential
     trainer = make_trainer([m.config for m in plan.packs[0].members])
     trainer.run()
@@ -201,7 +199,7 @@ def test_params_and_tags_hold_no_environment_values_or_credentials(tmp_path, mon
     tracker.open("node")
     tracker.finish(trainer.results(), [0.9] * trainer.K)
     tracker.close()
-    sweep.finish()
+    sweep.close("FINISHED", ctx.spool_dir, 0)
     client = MlflowClient(uri)
     runs = client.search_runs([sweep.experiment_id], max_results=100)
     assert len(runs) == 1 + trainer.K

@@ -49,7 +49,7 @@ def test_auto_pack_on_a_gpu_follows_the_devices_free_memory():
 
 
 def test_a_gpu_sweep_is_dealt_into_packs_the_card_holds():
-    from grokray.sweep.expand import expand
+    from grokray.plan.expand import expand
 
     spec = build_spec({**TOY, "sweep": {"optim.decoder.lr": {"logspace": [-4, -2, 40]}}, "seeds": [0, 1, 2],
                        "resources": {"gpu": 0.5}})

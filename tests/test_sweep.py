@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from grokray.plan.expand import expand
 from grokray.spec import load_spec
-from grokray.sweep.expand import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
 
 
 def _options(tmp_path, uri, **kw):
-    from grokray.sweep.runner import SweepOptions
+    from grokray.run.options import LaunchOptions
 
-    return SweepOptions(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=100,
+    return LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=100,
                         min_report_s=0.0, progress=False, **kw)
 
 
@@ -58,7 +58,7 @@ def check_tracking(summary, spec):
 
 
 def test_smoke_sweep_on_local_ray(local_ray, tmp_path):
-    from grokray.sweep.runner import run_sweep
+    from grokray.run.grid import run_sweep
 
     spec = load_spec(QUICKSTART, scale="smoke")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -131,7 +131,7 @@ def mlflow_server(tmp_path):
 
 
 def test_sweep_logs_through_an_mlflow_server(local_ray, tmp_path, mlflow_server, monkeypatch):
-    from grokray.sweep.runner import run_sweep
+    from grokray.run.grid import run_sweep
 
     url, db = mlflow_server
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)  # the environment variable route, as on a cluster
@@ -146,7 +146,7 @@ def test_sweep_logs_through_an_mlflow_server(local_ray, tmp_path, mlflow_server,
 
 
 def test_progress_line_counts_and_stays_quiet_without_tty(capsys):
-    from grokray.sweep.runner import ProgressLine
+    from grokray.run.progress import ProgressLine
 
     class T:
         def __init__(self, i):

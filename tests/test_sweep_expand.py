@@ -9,8 +9,9 @@ import yaml
 
 from grokray.cli import main
 from grokray.engine import pack_signature
+from grokray.plan.expand import _deal, expand, format_value, run_name, short_names
 from grokray.spec import load_spec
-from grokray.sweep.expand import _deal, expand, flatten, format_value, run_name, short_names
+from grokray.tracking.schema import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
@@ -35,13 +36,12 @@ def test_explicit_pack_size_and_param_space_round_trip():
     plan = expand(spec, slots=2)
     n = len(spec.points())
     assert all(len(p.members) <= 3 for p in plan.packs) and len(plan.packs) == -(-n // 3)
-    space = plan.param_space({"parent_run_id": "x"})
-    grid = space["pack"]["grid_search"]
+    grid = plan.pack_dicts()
     assert [g["pack_id"] for g in grid] == [p.pack_id for p in plan.packs]
     member = grid[0]["members"][0]
     assert parse_trial(member["config"]).key() == member["key"] == plan.packs[0].members[0].key
     assert member["name"] == f"lr=1e-4 wd=0 seed={spec.seeds[0]}"
-    yaml.safe_dump(space)  # plain data only: Tune stores it, workers rebuild configs from it
+    yaml.safe_dump(grid)  # plain data only: Tune stores it, workers rebuild configs from it
 
 
 def test_packs_are_dealt_balanced():
@@ -99,8 +99,9 @@ def test_bad_spec_rejected_before_ray_and_mlflow(tmp_path, monkeypatch, capsys):
     assert not list(tmp_path.glob("mlruns*"))
 
 
-def test_import_grokray_sweep_expand_stays_light():
-    code = ("import sys, grokray.sweep, grokray.sweep.expand; "
+def test_import_grokray_plan_stays_light():
+    code = ("import sys, grokray.plan, grokray.plan.expand, grokray.plan.estimate, grokray.plan.refine, "
+            "grokray.tracking, grokray.tracking.schema, grokray.run; "
             "bad = [m for m in ('ray', 'mlflow', 'optuna') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

@@ -9,8 +9,8 @@ from mlflow.tracking import MlflowClient
 
 from grokray.atlas.plan import plan_figure
 from grokray.phases import PHASES
+from grokray.plan.expand import expand
 from grokray.spec import load_spec
-from grokray.sweep.expand import expand
 
 SPECS = sorted((Path(__file__).resolve().parents[1] / "sweeps").glob("*.yaml"))
 

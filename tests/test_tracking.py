@@ -3,12 +3,14 @@
 from pathlib import Path
 
 import pytest
+from conftest import open_parent  # noqa: E402
 from mlflow.tracking import MlflowClient
 
 from grokray.engine import make_trainer
+from grokray.plan.expand import expand
 from grokray.spec import load_spec
-from grokray.sweep.expand import expand
-from grokray.tracking import PackTracker, SweepTracker, clean, is_secret, resolve_tracking_uri
+from grokray.tracking.client import clean, is_secret, resolve_tracking_uri
+from grokray.tracking.pack_runs import PackTracker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,11 +36,8 @@ def pack_setup(tmp_path):
                                                             "phases.budget=120"], scale="smoke")
     plan = expand(spec, slots=1)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    sweep = SweepTracker(uri, spec.name)
-    sweep.start_parent(spec, plan, str(tmp_path / "results"), "name: test\n")
-    ctx = {"tracking_uri": uri, "experiment_id": sweep.experiment_id, "parent_run_id": sweep.parent_run_id,
-           "spec_hash": spec.hash(), "code_version": "test", "swept": plan.swept, "log_axes": sorted(spec.log_axes)}
-    pack = plan.param_space(ctx)["pack"]["grid_search"][0]
+    sweep, ctx = open_parent(uri, spec, plan, tmp_path / "spool")
+    pack = plan.pack_dicts()[0]
     return sweep, ctx, pack, [m.config for m in plan.packs[0].members]
 
 
@@ -63,7 +62,7 @@ def test_retried_pack_reuses_runs_without_duplicate_or_missing_steps(pack_setup)
     second.log_curves(results)
     second.finish(results, [c.phases.threshold for c in configs])
 
-    client = MlflowClient(ctx["tracking_uri"])
+    client = MlflowClient(ctx.tracking_uri)
     children = sweep.children()
     assert len(children) == len(configs)
     for run, result in zip(second.runs, results, strict=True):
@@ -73,9 +72,9 @@ def test_retried_pack_reuses_runs_without_duplicate_or_missing_steps(pack_setup)
         data = client.get_run(run.run_id).data
         assert data.tags["grokray.phase"] == result.phase and data.tags["grokray.node"] == "node-b"
         assert data.metrics["steps_run"] == result.steps_run
-    counts = sweep.finish()
+    counts = sweep.close("FINISHED", ctx.spool_dir, 0).phase_counts
     assert sum(counts.values()) == len(configs)
-    parent = client.get_run(sweep.parent_run_id)
+    parent = client.get_run(sweep.run_id)
     assert {k: int(v) for k, v in parent.data.metrics.items()} == {f"phase_count/{p}": n for p, n in counts.items()}
 
 
@@ -98,7 +97,7 @@ def test_curves_go_in_batches(pack_setup, monkeypatch):
 def test_log_metrics_respects_mlflow_batch_limits():
     from mlflow.entities import Metric
 
-    from grokray.tracking.mlflow_runs import log_metrics
+    from grokray.tracking.client import log_metrics
 
     class Recorder:
         def __init__(self):

@@ -68,12 +68,13 @@ def postgres_server(tmp_path_factory):
 
 @pytest.mark.reliability  # ~70 s with its server; `make reliability` (and CI) runs it, keeping `make test` short
 def test_a_sweep_through_a_postgres_backed_server(local_ray, tmp_path, postgres_server):
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
     from grokray.spec import load_spec
-    from grokray.sweep.runner import SweepOptions, run_sweep
 
     pg, server = postgres_server
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=4"], scale="smoke")
-    summary = run_sweep(spec, SweepOptions(tracking_uri=server.url, storage=str(tmp_path / "results"),
+    summary = run_sweep(spec, LaunchOptions(tracking_uri=server.url, storage=str(tmp_path / "results"),
                                            min_report_s=0.0, checkpoint_every=100, progress=False))
     assert summary.errored_trials == 0 and summary.configurations == 8
     runs = pg.sql("SELECT r.run_uuid, r.status, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "

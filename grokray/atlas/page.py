@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..sweep.expand import short_names
+from ..plan.estimate import LONG_SHARE
+from ..plan.expand import short_names
 from .plan import Figure
 from .runner import PieceRecord
 
@@ -143,8 +144,6 @@ def _timings_table(records: list[PieceRecord], timings: list[PieceTiming], measu
     """The budget-use columns say why a piece missed its estimate: the estimate assumed what share of the members
     would train their whole budget and how much of it they would train on average (a prior, or what earlier
     runs measured); the next column is what happened."""
-    from ..sweep.estimate import LONG_SHARE
-
     def pair(use) -> str:
         return "-" if use is None else f"{use[0]:.0%} / {use[1]:.0%}"
 

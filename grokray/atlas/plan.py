@@ -21,7 +21,11 @@ class PieceRun:
     name: str
     spec: Spec
     overrides: list[str]  # the same piece as `grokray run SPEC --scale S -s ...` arguments
-    search: bool  # a `search:` spec runs through `grokray search`
+    kind: str  # which driver runs it: grid, adaptive (an adaptive: block) or search (a search: spec)
+
+    @property
+    def search(self) -> bool:
+        return self.kind == "search"
 
 
 @dataclass
@@ -101,7 +105,8 @@ def _piece_spec(raw: dict, path: Path, scale: str, piece: Piece) -> PieceRun:
         spec.log_axes |= log_axes  # a slice of a logspace axis is still drawn on a log scale
         overrides += [f"sweep.{a}.values={_value_text(v['values'])}" for a, v in
                       ((k[len("sweep."):], v) for k, v in sliced.items())]
-    return PieceRun(piece.name, spec, overrides, search="search" in spec.raw and not spec.axes)
+    kind = "search" if "search" in spec.raw and not spec.axes else "adaptive" if spec.raw.get("adaptive") else "grid"
+    return PieceRun(piece.name, spec, overrides, kind)
 
 
 def plan_figure(path: str | Path, scale: str) -> Figure:

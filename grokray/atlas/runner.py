@@ -14,7 +14,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..tracking.mlflow_runs import ROLE_TAG
+from mlflow.tracking import MlflowClient
+
+from ..errors import SpecError
+from ..plan.estimate import BudgetUse, estimate_plan, plan_budget
+from ..plan.expand import Member, Pack, Plan, expand
+from ..run.adaptive import run_adaptive
+from ..run.grid import run_sweep
+from ..run.options import LaunchOptions
+from ..run.search import run_search
+from ..search.config import parse_search, start_point, start_trial
+from ..tracking.client import find_parent
+from ..tracking.history import measured_budget_use
+from ..tracking.schema import CONFIGURATIONS_TAG, KIND_TAG, PHASE_COUNT_TAG
 from .plan import Figure, PieceRun
 
 SCALE_TAG = "grokray.atlas.scale"
@@ -46,42 +58,31 @@ class PieceRecord:
         return sum(w for _, w in self.segments)
 
 
-def find_parent(client, experiment_name: str, spec_hash: str):
-    """The latest parent run of this exact configuration set, or None."""
-    exp = client.get_experiment_by_name(experiment_name)
-    if exp is None:
-        return None
-    query = f"tags.`{ROLE_TAG}` = 'parent' and tags.`grokray.spec_hash` = '{spec_hash}'"
-    runs = client.search_runs([exp.experiment_id], filter_string=query, order_by=["attributes.start_time DESC"],
-                              max_results=1)
-    return runs[0] if runs else None
-
-
 def is_complete(run) -> bool:
-    """Finished, and (for a sweep) every configuration has a phase."""
+    """Finished, and every configuration it counts has a phase (a search's pruned trials have none: it is
+    complete once finished). The same test for a grid, an adaptive sweep and a search."""
     if run is None or run.info.status != "FINISHED":
         return False
     tags = run.data.tags
-    if tags.get("grokray.kind") == "search":
+    if tags.get(KIND_TAG) == "search":
         return True
-    counted = sum(int(v) for k, v in tags.items() if k.startswith("grokray.phase_count."))
-    return counted == int(tags.get("grokray.configurations", -1))
+    counted = sum(int(v) for k, v in tags.items() if k.startswith(PHASE_COUNT_TAG))
+    return counted == int(tags.get(CONFIGURATIONS_TAG, -1))
 
 
 def estimate_piece(piece: PieceRun, tracking_uri: str | None = None):
     """The dry-run estimate of one piece (a search: n_trials one-configuration trials, max_concurrent at once),
     with the share of members that train to their budget measured on the store's earlier runs where it can."""
-    from ..sweep.estimate import estimate_plan
-    from ..sweep.expand import Member, Pack, Plan, expand
-
-    if piece.search:
-        from ..search.config import parse_search, start_point, start_trial
-
+    slots = None
+    if piece.kind == "search":
         cfg = parse_search(piece.spec)
         member = Member(start_trial(piece.spec), start_point(piece.spec))
-        plan = Plan(piece.spec, [Pack(f"trial-{i:04d}", [member]) for i in range(cfg.n_trials)])
-        return estimate_plan(plan, slots=cfg.max_concurrent, tracking_uri=tracking_uri)
-    return estimate_plan(expand(piece.spec), tracking_uri=tracking_uri)
+        plan, slots = Plan(piece.spec, [Pack(f"trial-{i:04d}", [member]) for i in range(cfg.n_trials)]), \
+            cfg.max_concurrent
+    else:
+        plan = expand(piece.spec)
+    found = measured_budget_use(tracking_uri, piece.spec.name, plan_budget(plan))
+    return estimate_plan(plan, slots=slots, use=BudgetUse(*found) if found else None)
 
 
 def segments(client, run_id: str) -> list[tuple[float, float]]:
@@ -125,8 +126,6 @@ class SegmentClock:
             self.run_id = run_id
 
     def _beat(self) -> None:
-        from mlflow.tracking import MlflowClient
-
         client = MlflowClient(self.tracking_uri)
         while not self._stop.wait(self.every):
             try:
@@ -144,8 +143,6 @@ class SegmentClock:
 def _run_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, resume: bool, progress) -> str:
     """Resume when MLflow holds an unfinished parent; if nothing is left to restore (killed before Tune saved
     its state, or the results directory is gone), start it afresh."""
-    from ..errors import SpecError
-
     try:
         return _start_piece(piece, scale, tracking_uri, storage, resume, progress)
     except SpecError as exc:
@@ -154,20 +151,20 @@ def _run_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, res
         return _start_piece(piece, scale, tracking_uri, storage, not resume, progress)
 
 
+DRIVERS = {"grid": run_sweep, "adaptive": run_adaptive, "search": run_search}
+
+
 def _start_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, resume: bool, progress) -> str:
-    tags = {SCALE_TAG: scale, PIECE_TAG: piece.name}
-    if piece.search:
-        from ..search.runner import SearchOptions, run_search
-
-        return run_search(piece.spec, SearchOptions(resume=resume, tracking_uri=tracking_uri, storage=storage,
-                                                    parent_tags=tags)).parent_run_id
-    from ..sweep.runner import SweepOptions, run_sweep
-
-    summary = run_sweep(piece.spec, SweepOptions(resume=resume, tracking_uri=tracking_uri, storage=storage,
-                                                 progress=progress, parent_tags=tags))
+    options = LaunchOptions(resume=resume, tracking_uri=tracking_uri, storage=storage, progress=progress,
+                            parent_tags={SCALE_TAG: scale, PIECE_TAG: piece.name})
+    summary = DRIVERS[piece.kind](piece.spec, options)
     if summary.errored_trials:
-        raise RuntimeError(f"{piece.spec.name} piece {piece.name}: {summary.errored_trials} packs failed after "
+        raise RuntimeError(f"{piece.spec.name} piece {piece.name}: {summary.errored_trials} trials failed after "
                            f"retries; run the atlas again to resume it")
+    if summary.undelivered_points or summary.undelivered_batches:
+        raise RuntimeError(f"{piece.spec.name} piece {piece.name}: MLflow did not take {summary.undelivered_points} "
+                           f"metric points; deliver them with `grokray replay {summary.undelivered_dir} "
+                           f"--tracking-uri {tracking_uri}`, then run the atlas again")
     return summary.parent_run_id
 
 
@@ -176,8 +173,6 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
     """Run (or skip, or resume) every piece of one figure; returns what each piece did and its wall time.
     run=False only looks up what is stored (a piece never run gives action 'missing', one interrupted or still
     running 'incomplete')."""
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(tracking_uri)
     results_dir = f"{storage.rstrip('/')}/atlas-{figure.scale}"  # one search journal per scale
     records = []

@@ -147,7 +147,7 @@ class PackTrainer:
             1 if every_step else (train.eval_every if train.eval_every != "auto" else auto_eval_every(min(gaps)))
         )
         self.check_every = 1 if self.device.type == "cpu" else 16
-        self.max_steps = [min(c.train.steps, c.phases.budget) for c in configs]
+        self.max_steps = [c.budget_steps for c in configs]
         self.total = max(self.max_steps)
         self.member_records = [
             record_steps(s, c.train.curve_points_per_decade) for s, c in zip(self.max_steps, configs, strict=True)

@@ -178,7 +178,7 @@ class RfmTrainer:
         if len(tr) < 1:
             raise SpecError("task.train_fraction", "leaves no training samples")
         self.train_idx, self.val_idx = tr.to(self.device), va.to(self.device)
-        self.total = min(cfg.train.steps, cfg.phases.budget)
+        self.total = cfg.budget_steps
         self.max_steps = [self.total]
         p, op = data.meta.get("p"), data.meta.get("op")
         cyclic = op in ("mul", "div") and is_prime(p)  # the multiplicative group is cyclic: reorder by a generator

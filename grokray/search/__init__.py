@@ -1,8 +1,8 @@
 """Optuna adapter: `grokray search` looks for the settings that remove the grokking delay ("de-grokking").
 
-`config` (the spec's search: block) and `objective` (the pure objective functions) import neither Optuna nor
-Ray; `runner` (OptunaSearch inside Ray Tune, the persistent study) and `report` (the parent run's artifacts) do,
-so import them by module: `from grokray.search.runner import run_search`.
+config (the spec's search: block) and objective (the pure objective functions) import neither Optuna nor Ray;
+study (storage, sampler, resume, recovery) and artifacts (the parent run's report) import Optuna, not Ray. The
+driver that runs the study inside Ray Tune is `grokray.run.search`.
 """
 
 from .config import Dist, SearchConfig, parse_search

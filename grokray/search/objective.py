@@ -33,10 +33,9 @@ def objective_values(names: list[str], phase: str, step_train, step_val, penalty
     return [OBJECTIVE_FNS[n](phase, step_train, step_val, penalty) for n in names]
 
 
-def report_metrics(ctx: dict, configs: list, results: list) -> dict:
-    """train_pack's report hook for a search trial (a pack of one): val/acc now, and each objective as if the
-    trial ended here (a trial that has not generalized yet scores the penalty; ASHA prunes on val/acc)."""
-    search = ctx["search"]
+def report_metrics(objective: list[str], penalty: float, configs: list, results: list) -> dict:
+    """What a search trial (a pack of one) adds to each report: val/acc now, and each objective as if the trial
+    ended here (a trial that has not generalized yet scores the penalty; ASHA prunes on val/acc)."""
     (result,) = results
     out = {
         "val/acc": float(result.final.get("val/acc", 0.0)),
@@ -45,7 +44,7 @@ def report_metrics(ctx: dict, configs: list, results: list) -> dict:
         "step_val_acc": -1 if result.step_val is None else int(result.step_val),
         "trial_key": configs[0].key(),
     }
-    for name, value in zip(search["objective"], objective_values(
-            search["objective"], result.phase, result.step_train, result.step_val, search["penalty"]), strict=True):
+    for name, value in zip(objective, objective_values(objective, result.phase, result.step_train, result.step_val,
+                                                       penalty), strict=True):
         out[name] = value
     return out

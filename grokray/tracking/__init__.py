@@ -1,17 +1,7 @@
-"""MLflow adapter: experiment / parent run / child runs. Imported only by sweep/ and the CLI, never by the core."""
+"""MLflow adapter, the ground floor of the driver side: imports nothing of grokray above `config`.
 
-from .mlflow_runs import (
-    DEFAULT_TRACKING_URI,
-    PackTracker,
-    SweepTracker,
-    child_runs,
-    clean,
-    code_version,
-    is_secret,
-    phase_counts,
-    resolve_tracking_uri,
-    ui_hint,
-)
-
-__all__ = ["DEFAULT_TRACKING_URI", "PackTracker", "SweepTracker", "child_runs", "clean", "code_version",
-           "is_secret", "phase_counts", "resolve_tracking_uri", "ui_hint"]
+schema (every name written; pure), client (retry, paging, probe), delivery (spool and courier), parent (one
+launch's parent run), pack_runs (a pack's child runs, in the worker), history (what stored runs say about cost),
+local_servers (a throwaway PostgreSQL and `mlflow server`). Importing this package loads none of them: import the
+module you need, so that reading `schema` never loads MLflow.
+"""

@@ -26,56 +26,27 @@ from pathlib import Path
 
 from mlflow.entities import Metric
 
+from .client import is_transient, latest_steps, log_metrics, retry
+from .schema import TRIAL_KEY_TAG, children_filter
+
 SPOOL_DIRNAME = "undelivered"
 MAX_BACKOFF_S = 30.0
-TRANSIENT_MARKERS = ("connection", "max retries", "timed out", "timeout", "temporarily", "locked", "refused",
-                     "unavailable", "bad gateway", "reset by peer", "remote end closed")
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Worth retrying later: the server is unreachable, overloaded or locked. A 4xx answer (a bad request) is not."""
-    if isinstance(exc, ConnectionError | TimeoutError | OSError):
-        return True
-    code = getattr(exc, "get_http_status_code", None)
-    status = code() if callable(code) else None
-    if status is not None and 400 <= status < 500:
-        return False
-    text = str(exc).lower()
-    return any(m in text for m in TRANSIENT_MARKERS) or (status is not None and status >= 500)
-
-
-def quick_failing_http() -> None:
-    """MLflow's HTTP client retries a refused connection for minutes by default. Workers spool instead, so they
-    ask for one quick retry (the user's own MLFLOW_HTTP_REQUEST_* settings win)."""
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-
-
-def server_answers(uri: str, timeout_s: float = 2.0) -> bool:
-    """Whether an HTTP tracking server answers at all (any HTTP status counts: a proxy without /health is up).
-    A restarting `mlflow server` accepts connections before its workers can serve them, and a request sent
-    then hangs until its timeout; this probe stands in for it while a backlog waits, so training is not held."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
-        return True
-    except urllib.error.HTTPError:
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 @dataclass
 class Batch:
+    """What one report sends for one run. A run that could not be created yet (the server was away when its pack
+    opened) has no `run_id`: its batches carry the trial `key` and what `create` needs, and delivery finds the
+    run by trial key or creates it, once."""
+
     run_id: str
     metrics: list = field(default_factory=list)  # [key, value, timestamp_ms, step]
     params: dict = field(default_factory=dict)
     tags: dict = field(default_factory=dict)
     terminate: str | None = None  # "FINISHED" etc.: end the run after the batch
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    key: str = ""  # trial key, for a batch whose run is not created yet
+    create: dict | None = None  # {experiment_id, run_name, tags} of that run
 
     @property
     def points(self) -> int:
@@ -83,29 +54,52 @@ class Batch:
 
     def to_json(self) -> str:
         return json.dumps({"batch": self.id, "run_id": self.run_id, "metrics": self.metrics, "params": self.params,
-                           "tags": self.tags, "terminate": self.terminate})
+                           "tags": self.tags, "terminate": self.terminate, "key": self.key, "create": self.create})
 
     @classmethod
     def from_record(cls, rec: dict) -> Batch:
         return cls(run_id=rec["run_id"], metrics=[list(m) for m in rec["metrics"]], params=rec.get("params") or {},
-                   tags=rec.get("tags") or {}, terminate=rec.get("terminate"), id=rec["batch"])
+                   tags=rec.get("tags") or {}, terminate=rec.get("terminate"), id=rec["batch"],
+                   key=rec.get("key") or "", create=rec.get("create"))
 
 
-def deliver(client, batch: Batch, dedup: bool, attempts: int = 3) -> int:
-    """Send one batch with as few log_batch calls as MLflow's limits allow; returns calls made. With `dedup`,
-    points at or below the run's latest stored step of their key are dropped first. `attempts` per request."""
-    from .mlflow_runs import _retry, log_metrics
+def resolve_run(client, batch: Batch, resolved: dict[str, str], attempts: int = 3) -> str:
+    """The run a batch goes to: its own id, or the run of its trial key under its parent (found, else created).
+    `resolved` remembers the answer for the key's later batches."""
+    if batch.run_id:
+        return batch.run_id
+    if batch.key in resolved:
+        return resolved[batch.key]
+    create = batch.create or {}
+    tags = create.get("tags") or {}
+    query = f"{children_filter(tags['mlflow.parentRunId'])} and tags.`{TRIAL_KEY_TAG}` = '{batch.key}'"
+    found = retry(client.search_runs, [create["experiment_id"]], filter_string=query, max_results=1,
+                  attempts=attempts)
+    if found:
+        run_id = found[0].info.run_id
+    else:
+        run_id = retry(client.create_run, create["experiment_id"], run_name=create.get("run_name"), tags=tags,
+                       attempts=attempts).info.run_id
+    resolved[batch.key] = run_id
+    return run_id
 
+
+def deliver(client, batch: Batch, dedup: bool, attempts: int = 3, resolved: dict[str, str] | None = None) -> int:
+    """Send one batch with as few log_batch calls as MLflow's limits allow; returns calls made. With `dedup`
+    (always for a batch whose run had to be found), points at or below the run's latest stored step of their key
+    are dropped first. `attempts` per request."""
+    dedup = dedup or not batch.run_id
+    run_id = resolve_run(client, batch, {} if resolved is None else resolved, attempts)
     metrics = batch.metrics
     if dedup and metrics:
-        stored = {m.key: m.step for m in _retry(client.get_run, batch.run_id, attempts=attempts).data._metric_objs}
+        stored = latest_steps(client, run_id, attempts)
         metrics = [m for m in metrics if m[3] > stored.get(m[0], -1)]
     objs = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in metrics]
-    calls = dedup
+    calls = int(dedup)
     if objs or batch.params or batch.tags:
-        calls += log_metrics(client, batch.run_id, objs, batch.tags, batch.params, attempts=attempts)
+        calls += log_metrics(client, run_id, objs, batch.tags, batch.params, attempts=attempts)
     if batch.terminate:
-        _retry(client.set_terminated, batch.run_id, batch.terminate, attempts=attempts)
+        retry(client.set_terminated, run_id, batch.terminate, attempts=attempts)
         calls += 1
     return calls
 
@@ -170,6 +164,7 @@ def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: lis
     `deadline_s` from now. Returns (batches delivered, their points, batches still undelivered)."""
     end = time.monotonic() + deadline_s
     sent = points = 0
+    resolved: dict[str, str] = {}
     for path in only if only is not None else spool_files(directory):
         spool = Spool(path)
         batches = undelivered(path)
@@ -178,7 +173,7 @@ def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: lis
             wait = 1.0
             while True:
                 try:
-                    deliver(client, batch, dedup=True)
+                    deliver(client, batch, dedup=True, resolved=resolved)
                     break
                 except Exception as exc:  # noqa: BLE001
                     if not is_transient(exc) or time.monotonic() + wait > end:
@@ -204,6 +199,7 @@ class Courier:
                  clock=time.monotonic, sleep=time.sleep, workers: int = 1, probe=None, attempts: int = 3):
         self.client = client
         self.probe, self.attempts = probe, attempts
+        self.resolved: dict[str, str] = {}  # trial key -> run id, for batches of runs created late
         self.workers = workers  # concurrent requests for send_many (a tracking server: 8; a SQLite file: 1)
         self._threads = None
         self.spool = Spool(spool_path)
@@ -259,7 +255,8 @@ class Courier:
             if not self.queue:
                 return True
             try:
-                self.calls += deliver(self.client, self.queue[0], dedup=True, attempts=self.attempts)
+                self.calls += deliver(self.client, self.queue[0], dedup=True, attempts=self.attempts,
+                                      resolved=self.resolved)
             except Exception as exc:  # noqa: BLE001
                 self._failed(exc)
                 return False
@@ -269,7 +266,8 @@ class Courier:
     def send(self, batch: Batch) -> None:
         if self.flush():
             try:
-                self.calls += deliver(self.client, batch, dedup=False, attempts=self.attempts)
+                self.calls += deliver(self.client, batch, dedup=False, attempts=self.attempts,
+                                      resolved=self.resolved)
                 return
             except Exception as exc:  # noqa: BLE001
                 self._failed(exc)
@@ -279,7 +277,7 @@ class Courier:
         """One batch per run (a pack's members at one report): sent `workers` at a time while the server answers,
         since each costs a round trip the server spends mostly waiting on its database. The ones it does not
         take are held in their order, as `send` would; a run's later batches queue behind them."""
-        if self.workers <= 1 or len(batches) <= 1 or len({b.run_id for b in batches}) < len(batches) \
+        if self.workers <= 1 or len(batches) <= 1 or len({b.run_id or b.key for b in batches}) < len(batches) \
                 or not self.flush():
             for batch in batches:
                 self.send(batch)
@@ -302,7 +300,7 @@ class Courier:
 
     def _attempt(self, batch: Batch) -> tuple[int, BaseException | None]:
         try:
-            return deliver(self.client, batch, dedup=False, attempts=self.attempts), None
+            return deliver(self.client, batch, dedup=False, attempts=self.attempts, resolved=self.resolved), None
         except Exception as exc:  # noqa: BLE001 - judged by the caller, on the sending thread
             return 0, exc
 

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .delivery import server_answers
-from .mlflow_runs import PHASE_TAG, ROLE_TAG, search_all
+from .client import search_all, server_answers
+from .schema import PARENT, PARENT_ID_TAG, PHASE_TAG, ROLE_TAG, STEPS_RUN_METRIC
 
 MIN_RUNS = 8  # fewer classified runs at one budget say too little to replace the prior
 
@@ -61,12 +61,12 @@ def trained_fractions(client, experiment_name: str) -> dict[int, list[float]]:
     # only finished sweeps: one still running has classified its early stoppers and not yet the members that
     # train their whole budget, so its children would say the budget is cheap
     finished = {r.info.run_id for r in search_all(
-        client, exp.experiment_id, f"tags.`{ROLE_TAG}` = 'parent' and attributes.status = 'FINISHED'")}
+        client, exp.experiment_id, f"tags.`{ROLE_TAG}` = '{PARENT}' and attributes.status = 'FINISHED'")}
     used: dict[int, list[float]] = {}
     for run in search_all(client, exp.experiment_id, f"tags.`{PHASE_TAG}` LIKE '%'"):
-        if run.data.tags.get("mlflow.parentRunId") not in finished:
+        if run.data.tags.get(PARENT_ID_TAG) not in finished:
             continue
-        budget, steps = _budget(run.data.params), run.data.metrics.get("steps_run")
+        budget, steps = _budget(run.data.params), run.data.metrics.get(STEPS_RUN_METRIC)
         if budget and steps is not None:
             used.setdefault(budget, []).append(min(steps, budget) / budget)
     return used
@@ -94,3 +94,9 @@ def share_and_mean(fractions) -> tuple[float, float]:
     """(the share that trained the whole budget, the mean share trained) of per-member fractions of a budget."""
     fractions = list(fractions)
     return sum(f >= 1 for f in fractions) / len(fractions), sum(fractions) / len(fractions)
+
+
+def measured_budget_use(tracking_uri: str | None, experiment_name: str, budget: int) -> tuple[float, float, str] | None:
+    """(share trained to the end, mean share trained, where they come from) for the cost estimate, or None."""
+    found = stored_budget_share(tracking_uri, experiment_name, budget) if tracking_uri else None
+    return None if found is None else (found.share, found.trained, found.describe(experiment_name))

@@ -1,9 +1,8 @@
-"""Spec -> configurations -> packs -> Tune param_space. Pure: no Ray, no MLflow, testable without a cluster.
+"""Spec -> configurations -> packs -> the packs as plain dicts. Pure: no Ray, no MLflow, testable without a cluster.
 
 A *pack* is a list of configurations with one `engine.pack_signature` that one Tune trial trains at once.
-The param_space is a plain dict whose only axis is `{"grid_search": [pack, ...]}` (what `tune.grid_search`
-returns), so each Tune trial receives one pack of configurations as plain dicts and rebuilds them with
-`spec.parse_trial`. A Tune trial is therefore self-contained: restoring an experiment needs no spec file.
+Each trial receives its pack as plain dicts (`Plan.pack_dicts`) and rebuilds the configurations with
+`spec.parse_trial`, so a trial is self-contained: restoring an experiment needs no spec file.
 """
 
 from __future__ import annotations
@@ -53,14 +52,13 @@ class Plan:
     def model_steps(self) -> int:
         return sum(p.model_steps for p in self.packs)
 
-    def param_space(self, context: dict) -> dict:
-        """Tune's param_space: a grid over packs, plus the shared run context (tracking, checkpoint cadence)."""
-        return {"pack": {"grid_search": [pack_to_dict(p, self.swept, self.spec.log_axes) for p in self.packs]},
-                "grokray": dict(context)}
+    def pack_dicts(self) -> list[dict]:
+        """Every pack as plain dicts: what one trial receives and rebuilds its configurations from."""
+        return [pack_to_dict(p, self.swept, self.spec.log_axes) for p in self.packs]
 
 
 def model_steps(config: TrialConfig) -> int:
-    return min(config.train.steps, config.phases.budget)
+    return config.budget_steps
 
 
 def swept_keys(spec: Spec) -> list[str]:
@@ -193,9 +191,6 @@ def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = No
     return Plan(spec=spec, packs=packs, swept=swept_keys(spec))
 
 
-DEFAULT_MAX_CONFIGS = 100_000
-
-
 def n_configs(spec: Spec) -> int:
     """Configurations the spec expands to, without building them."""
     return math.prod(len(v) for v in spec.axes.values()) * len(spec.seeds)
@@ -210,15 +205,3 @@ def check_size(spec: Spec, limit: int | None) -> int:
         raise SpecError("sweep", f"expands to {n} configurations, more than the limit {limit}; "
                         f"rerun with --yes to run them all (or raise --max-configs)")
     return n
-
-
-def flatten(d: dict, prefix: str = "") -> dict[str, object]:
-    """{'optim': {'decoder': {'lr': 1e-3}}} -> {'optim.decoder.lr': 1e-3}; lists stay values."""
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out

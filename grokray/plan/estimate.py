@@ -5,8 +5,8 @@ over the plan; the other packs take the cost of the nearest calibrated one (roun
 alike). A pack then costs its Tune trial's start-up plus its steps, and the packs are scheduled longest first
 onto the concurrent slots. Members stop once classified, which no calibration can know in advance: the
 memorization and confusion ones train to the budget's end, the others stop when their validation accuracy
-crosses (a grokking member late). The estimate takes how much of the budget members train (BudgetUse) from the
-experiment's stored runs where there are enough (tracking.history), else assumes half of them train it all and
+crosses (a grokking member late). The estimate takes how much of the budget members train (BudgetUse) as the
+caller measured it on the experiment's stored runs (tracking.history), else assumes half of them train it all and
 half stop at once; the pack sheds stopped members as the engine does (PackTrainer compacts once a quarter has
 stopped). The every-member-to-its-budget figure is reported beside it as the upper bound.
 """
@@ -69,6 +69,11 @@ class Estimate:
         ]
 
 
+def plan_budget(plan: Plan) -> int:
+    """The largest budget of the plan's members: the one stored history is looked up at."""
+    return max((model_steps(m.config) for p in plan.packs for m in p.members), default=0)
+
+
 def fmt_minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
@@ -121,10 +126,10 @@ def _slots(plan: Plan, cpus: int | None) -> int:
 
 
 def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = True,
-                  slots: int | None = None, tracking_uri: str | None = None) -> Estimate:
+                  slots: int | None = None, use: BudgetUse | None = None) -> Estimate:
     """The plan's expected and upper-bound wall time on `cpus` cores (default: this machine's), or with `slots`
-    packs at once when given (a search's max_concurrent). With `tracking_uri`, the share of members that train
-    to their budget is the one measured on the stored runs of the spec's experiment, where there are enough."""
+    packs at once when given (a search's max_concurrent). `use`: how much of their budget the members train, as
+    measured on stored runs (tracking.history); None: the prior."""
     res = plan.spec.resources
     device = "cuda" if res.gpu > 0 else "cpu"
     can_measure = device == "cpu" or _cuda()
@@ -156,7 +161,7 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     else:
         why = "--no-calibrate" if not calibrate_costs else "no CUDA device here to measure on"
         basis = f"{assumed} ({why})"
-    use = budget_use(plan, tracking_uri)
+    use = use or PRIOR
     expected, upper = [], []
     for i, pack in enumerate(plan.packs):
         if order:
@@ -169,18 +174,6 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     slots = slots or _slots(plan, cpus)
     return Estimate(plan.n_configs, len(plan.packs), plan.model_steps, SWEEP_S + schedule(expected, slots),
                     SWEEP_S + schedule(upper, slots), slots, basis, costs, use)
-
-
-def budget_use(plan: Plan, tracking_uri: str | None) -> BudgetUse:
-    """What the stored runs of the plan's experiment trained of their budget, or the prior."""
-    if tracking_uri and plan.packs:
-        from ..tracking.history import stored_budget_share
-
-        budget = max(model_steps(m.config) for p in plan.packs for m in p.members)
-        found = stored_budget_share(tracking_uri, plan.spec.name, budget)
-        if found is not None:
-            return BudgetUse(found.share, found.trained, found.describe(plan.spec.name))
-    return PRIOR
 
 
 def _cuda() -> bool:

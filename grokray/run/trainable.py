@@ -1,4 +1,4 @@
-"""The Ray Tune function trainable: one Tune trial trains one pack.
+"""The Ray Tune function trainable of every driver: one Tune trial trains one pack (a search trial: a pack of one).
 
 It rebuilds the pack's configurations from plain dicts, restores the last checkpoint if Tune hands one over
 (a retry after a worker died, or --resume) and trains in chunks of `checkpoint_every` steps. After a chunk, if
@@ -13,6 +13,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import ray
+import torch
+from ray import tune
+
+from ..engine import load_checkpoint, make_trainer, save_checkpoint
+from ..engine.sizing import usable_threads
+from ..engine.states import STATE_ARTIFACT, member_states
+from ..search.objective import report_metrics
+from ..spec import parse_trial
+from ..tracking.pack_runs import PackTracker
+from .context import TrialContext
+
 CHECKPOINT_FILE = "pack.pt"
 
 
@@ -24,23 +36,9 @@ def _phase_counts(trainer, results) -> dict[str, int]:
     return counts
 
 
-def _report_hook(ctx: dict):
-    """ctx["report_hook"] = "module:function", called as fn(ctx, configs, results) -> extra Tune metrics (the
-    search adds val/acc and its objective so OptunaSearch and ASHA can read them). None: no hook."""
-    spec = ctx.get("report_hook")
-    if not spec:
-        return None
-    import importlib
-
-    module, name = spec.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def gpu_placement() -> dict:
     """Where Ray put this trial: its GPU ids, the CUDA_VISIBLE_DEVICES Ray set for it, and its GPU share."""
     import os
-
-    import ray
 
     assigned = ray.get_runtime_context().get_assigned_resources()
     return {"gpu_ids": [str(i) for i in ray.get_gpu_ids()],
@@ -49,21 +47,12 @@ def gpu_placement() -> dict:
 
 
 def train_pack(config: dict) -> None:
-    import ray
-    import torch
-    from ray import tune
-
-    from ..engine import load_checkpoint, make_trainer, save_checkpoint
-    from ..engine.sizing import usable_threads
-    from ..spec import parse_trial
-    from ..tracking import PackTracker
-
     started = time.perf_counter()
-    pack, ctx = config["pack"], config["grokray"]
+    pack, ctx = config["pack"], TrialContext.from_dict(config["grokray"])
     configs = [parse_trial(m["config"]) for m in pack["members"]]
-    torch.set_num_threads(usable_threads(ctx.get("cpu", 1)))
+    torch.set_num_threads(usable_threads(ctx.cpu))
     placement = gpu_placement()
-    device = "cuda" if ctx.get("gpu", 0) > 0 else "cpu"
+    device = "cuda" if ctx.gpu > 0 else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         # Ray placed this pack on a GPU its torch cannot open: fail this trial with the reason, not the sweep.
         raise RuntimeError(f"pack {pack['pack_id']} was placed on GPU {placement['gpu_ids']} "
@@ -80,16 +69,15 @@ def train_pack(config: dict) -> None:
         restored_from = trainer.step
 
     node_id = ray.get_runtime_context().get_node_id()
-    tracker = PackTracker(ctx, pack)
+    tracker = PackTracker(ctx.target, pack)
     tracker.open(node_id)
     thresholds = [c.phases.threshold for c in configs]
-    save_states = bool(ctx.get("final_state"))
-    if save_states and hasattr(trainer, "compact"):
+    save_states = ctx.final_state
+    if save_states:
         trainer.compact = False  # finished members keep their rows, so their final parameters are still there
 
-    hook = _report_hook(ctx)
-    every = max(1, int(ctx.get("checkpoint_every", 1000)))
-    min_report_s = float(ctx.get("min_report_s", 30.0))
+    every = max(1, ctx.checkpoint_every)
+    min_report_s = ctx.min_report_s
     last_report = -float("inf")
     train_s = 0.0
     while True:
@@ -101,8 +89,6 @@ def train_pack(config: dict) -> None:
         results = trainer.results()
         if done:
             if save_states:
-                from .states import STATE_ARTIFACT, member_states
-
                 tracker.log_states(member_states(trainer), STATE_ARTIFACT)  # before the phase tag marks it done
             tracker.finish(results, thresholds)  # last points + summaries + phase tag, one batch per member
             t_close = time.perf_counter()
@@ -128,11 +114,12 @@ def train_pack(config: dict) -> None:
             **({"cuda_visible_devices": placement["cuda_visible_devices"]} if device == "cuda" else {}),
         }
         if done:
+            metrics["member_phases"] = {m["key"]: r.phase for m, r in zip(pack["members"], results, strict=True)}
             metrics["undelivered_points"] = undelivered
             metrics["delivery_wait_s"] = close_s  # after training: waiting for a tracking server to return
             metrics["spool"] = str(tracker.courier.spool.path) if undelivered else ""
-        if hook is not None:
-            metrics.update(hook(ctx, configs, results))
+        if ctx.objective:
+            metrics.update(report_metrics(list(ctx.objective), ctx.penalty, configs, results))
         with tempfile.TemporaryDirectory() as d:
             save_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))

@@ -14,7 +14,10 @@ import time
 import warnings
 from pathlib import Path
 
+from mlflow.entities import Metric
 from optuna.trial import TrialState
+
+from ..tracking.client import log_metrics
 
 ARTIFACT_DIR = "search"
 
@@ -121,10 +124,6 @@ def _write_csv(rows: list[dict], path: Path) -> None:
 def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
     """Best params/values (params, metrics, tags), importances, history and (multi-objective) the Pareto front
     on the parent run. Returns the artifact paths logged."""
-    from mlflow.entities import Metric
-
-    from ..tracking.mlflow_runs import log_metrics
-
     done = _completed(study)
     now = int(time.time() * 1000)
     metrics = [Metric("search/trials", float(len(study.trials)), now, 0),

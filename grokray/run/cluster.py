@@ -1,0 +1,83 @@
+"""Ray itself: joining a cluster or starting a private local one, and the GPU checks made before any trial.
+
+Without an address a private local Ray starts (`ray.init(address="local")`; a bare `ray.init()` would try to
+join whatever cluster an earlier `ray start` recorded). With `--address` or `RAY_ADDRESS` it joins that cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import ray
+
+from ..errors import SpecError
+from ..plan.expand import local_slots
+from ..spec import Spec
+
+DEFAULT_STORAGE = "grokray-results"
+
+
+def resolve_storage(storage: str | None) -> str:
+    storage = storage or DEFAULT_STORAGE
+    return storage if "://" in storage else str(Path(storage).resolve())
+
+
+def start_ray(options) -> bool:
+    """Join `options.address` / RAY_ADDRESS or start a private local Ray. True if we started (and must stop) it."""
+    if ray.is_initialized():
+        return False
+    address = options.address or os.environ.get("RAY_ADDRESS")
+    quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
+    if address:
+        ray.init(address=address, **quiet)
+    else:
+        ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
+    return True
+
+
+def check_gpu_request(spec: Spec, options) -> None:
+    """A GPU request on a private local Ray needs CUDA on this machine: said before Ray starts or MLflow is
+    written. Joining a cluster (--address, RAY_ADDRESS, or a Ray already up), the GPUs are the workers' and are
+    checked once joined (check_cluster_gpus); the driver of a CPU head has none of its own."""
+    gpu = spec.resources.gpu
+    if gpu <= 0 or ray.is_initialized() or options.address or os.environ.get("RAY_ADDRESS"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SpecError("resources.gpu", f"got {gpu:g}, but this machine's torch ({torch.__version__}) cannot use "
+                        "CUDA and no cluster is given; set resources.gpu: 0, or join a GPU cluster with --address "
+                        "(or RAY_ADDRESS)")
+
+
+def check_cluster_gpus(spec: Spec) -> None:
+    """Once joined: a GPU request on a cluster that declares no GPU would wait forever; say so instead."""
+    if spec.resources.gpu > 0 and not ray.cluster_resources().get("GPU", 0):
+        raise SpecError("resources.gpu", f"got {spec.resources.gpu:g}, but the Ray cluster declares no GPU "
+                        f"(its resources: {', '.join(sorted(k for k in ray.cluster_resources() if ':' not in k))}); "
+                        "set resources.gpu: 0 or add GPU nodes")
+
+
+def gpu_free_bytes(spec: Spec, timeout_s: float = 60.0) -> int | None:
+    """Free memory of a GPU the packs will run on, for `pack_size: auto`: asked of a GPU worker by a task that
+    takes the trial's GPU share (the driver may be a CPU head). None when its torch cannot open CUDA, or no GPU
+    frees up in time: then packs are sized by the CPU rule."""
+    if spec.resources.gpu <= 0 or spec.resources.pack_size != "auto":
+        return None
+
+    @ray.remote(num_gpus=min(1.0, spec.resources.gpu), num_cpus=0)
+    def free_memory():
+        import torch
+
+        return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+
+    try:
+        return ray.get(free_memory.remote(), timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - a slow or broken GPU node must not stop the sweep from being planned
+        return None
+
+
+def slots(spec: Spec) -> int:
+    """Packs the joined cluster runs at once (its CPUs / resources.cpu)."""
+    return local_slots(spec, int(ray.cluster_resources().get("CPU", 0)) or None)

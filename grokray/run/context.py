@@ -1,0 +1,40 @@
+"""What every trial of a launch is told, as one typed, frozen value that round-trips through Ray's param space.
+
+The worker rebuilds it with `TrialContext.from_dict`, which rejects keys it does not know: a driver that sends
+a field the trainable would ignore is a bug found at the first trial, not a setting silently dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ..tracking.pack_runs import RunTarget
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    target: RunTarget  # where the pack's runs go, and how they survive a tracking outage
+    checkpoint_every: int = 1000  # steps per chunk
+    min_report_s: float = 30.0  # at most one report (curves, checkpoint, Tune result) per this many seconds
+    cpu: float = 1.0
+    gpu: float = 0.0
+    final_state: bool = False  # save each member's final parameters as an artifact
+    objective: tuple[str, ...] = ()  # a search trial: the objectives each report carries (search.objective)
+    penalty: float = 0.0  # ... and the value of a trial that has not generalized yet
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["target"] = self.target.to_dict()
+        out["objective"] = list(self.objective)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> TrialContext:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - names)
+        if unknown:
+            raise ValueError(f"unknown trial-context keys {unknown}; allowed: {', '.join(sorted(names))}")
+        values = dict(raw)
+        values["target"] = RunTarget.from_dict(raw["target"])
+        values["objective"] = tuple(raw.get("objective", ()))
+        return cls(**values)

@@ -1,0 +1,235 @@
+"""THE launch layer: every driver (grid, adaptive, search) goes through `Launch`, so what it guarantees holds for
+all of them: the GPU checks before anything starts, Ray started and stopped, the parent run opened (or resumed)
+with the same tags, one typed TrialContext for every trial (with the outage spool), the progress line, and the
+close that replays the spool and says what was not delivered.
+
+A driver is a strategy that hands `Launch` its rounds of trials:
+
+    with Launch(spec, options, kind="grid") as launch:
+        launch.open_parent("name sweep", swept, log_axes)
+        launch.fit(launch.tuner("name", packs=plan.pack_dicts(), total_configs=..., total_work=...))
+        summary = launch.close(configurations=plan.n_configs)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+import ray
+import yaml
+from ray import tune
+
+from ..errors import SpecError
+from ..spec import Spec
+from ..tracking.client import resolve_tracking_uri
+from ..tracking.pack_runs import RunTarget
+from ..tracking.parent import ParentRun, spool_dir_for
+from ..tracking.schema import CODE_VERSION_TAG
+from .cluster import check_cluster_gpus, check_gpu_request, gpu_free_bytes, resolve_storage, slots, start_ray
+from .context import TrialContext
+from .options import LaunchOptions, LaunchSummary
+from .progress import ProgressLine
+from .trainable import train_pack
+from .warm import driver_imports_in_background
+
+
+def trial_name(trial) -> str:
+    """A search trial is named by its Optuna number, a pack by its id."""
+    number = trial.config.get("optuna_trial")
+    return f"optuna-{number}" if number is not None else trial.config["pack"]["pack_id"]
+
+
+def trial_dirname(trial) -> str:
+    return f"{trial_name(trial)}_{trial.trial_id}"
+
+
+def error_reason(error: BaseException) -> str:
+    """The exception a trial raised, as one line (Tune wraps it in a traceback of the worker)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    causes = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
+    return (causes[-1] if causes else lines[-1] if lines else type(error).__name__)[:500]
+
+
+@dataclass
+class Round:
+    """What one Tune run of a launch gave back."""
+
+    results: list = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # trial name -> why it failed
+    unfinished: int = 0  # trials that ended without finishing their pack (stopped, or Ray went away)
+    member_phases: dict[str, str] = field(default_factory=dict)  # trial key -> phase, of every finished member
+
+    @property
+    def errored(self) -> int:
+        return len(self.errors)
+
+
+class Launch:
+    """One launch of one spec: Ray, the parent run, its rounds of Tune runs, its close."""
+
+    def __init__(self, spec: Spec, options: LaunchOptions, kind: str, default_report_s: float = 30.0):
+        options.validate()
+        self.spec, self.options, self.kind = spec, options, kind
+        self.min_report_s = default_report_s if options.min_report_s is None else options.min_report_s
+        self.storage = resolve_storage(options.storage)
+        self.uri = resolve_tracking_uri(options.tracking_uri)
+        self.t_start = time.time()
+        self.timings: dict[str, float] = {}
+        self.rounds: list[Round] = []
+        self.experiment_path = ""
+        self.started_ray = False
+        self.parent: ParentRun | None = None
+        self.gpu_free: int | None = None
+
+    # -- Ray up and down -----------------------------------------------------------------------------------------
+    def __enter__(self) -> Launch:
+        check_gpu_request(self.spec, self.options)  # before Ray starts or MLflow is written
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the legacy engine prints nothing
+        os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+        # MLflow is imported and its store opened (a new SQLite file runs the schema migrations) while Ray starts,
+        # whose seconds go mostly to waiting for its processes: ~3 s of a laptop sweep's start hidden.
+        ready = driver_imports_in_background(then=partial(ParentRun, self.uri, self.spec.name))
+        self.started_ray = start_ray(self.options)
+        self.timings["ray_start"] = time.time() - self.t_start
+        try:
+            check_cluster_gpus(self.spec)
+            self.gpu_free = gpu_free_bytes(self.spec)
+            self.parent = ready.result()
+        except BaseException:
+            self._stop_ray()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop_ray()
+
+    def _stop_ray(self) -> None:
+        if self.started_ray:
+            t0 = time.time()
+            ray.shutdown()
+            self.started_ray = False
+            self.timings["ray_stop"] = time.time() - t0
+
+    @property
+    def slots(self) -> int:
+        return slots(self.spec)
+
+    # -- the parent run ------------------------------------------------------------------------------------------
+    def open_parent(self, run_name: str, swept: list[str], log_axes: list[str], tags: dict | None = None) -> str:
+        spec_text = yaml.safe_dump(self.spec.raw, sort_keys=False)
+        return self.parent.open(self.kind, self.spec.hash(), run_name, swept, log_axes, spec_text,
+                                {**self.options.parent_tags, **(tags or {})})
+
+    def resume_parent(self, check=None):
+        """The latest parent of this spec and kind, running again; SpecError('--resume') when there is none (or
+        `check(run)` refuses it)."""
+        run = self.parent.find(self.spec.hash(), self.kind)
+        if run is None or (check is not None and not check(run)):
+            raise SpecError("--resume", f"no interrupted {self.kind} launch of spec {self.spec.name!r} "
+                            f"(hash {self.spec.hash()}) found in {self.uri}; run without --resume")
+        self.parent.resume(run.info.run_id)
+        return run
+
+    @property
+    def spool_dir(self) -> str:
+        return spool_dir_for(self.storage, self.parent.run_id)
+
+    def context(self, swept: list[str], log_axes: list[str], **extra) -> TrialContext:
+        """The one context every trial of this launch gets."""
+        opts = self.options
+        target = RunTarget(self.uri, self.parent.experiment_id, self.parent.run_id, self.spec.hash(),
+                           self.parent.tags[CODE_VERSION_TAG], tuple(swept), tuple(sorted(log_axes)),
+                           self.spool_dir, opts.delivery_wait_s, opts.buffer_points)
+        res = self.spec.resources
+        return TrialContext(target, extra.pop("checkpoint_every", opts.checkpoint_every), self.min_report_s,
+                            res.cpu, res.gpu, self.spec.artifacts.final_state, **extra)
+
+    # -- rounds of Tune runs -------------------------------------------------------------------------------------
+    def tuner(self, name: str, ctx: TrialContext | None = None, *, packs: list[dict] | None = None,
+              total_configs: int = 0, total_work: float = 0.0, restore: str | None = None, search_alg=None,
+              scheduler=None, num_samples: int = 1, max_concurrent: int | None = None,
+              checkpoints_kept: int = 2) -> tune.Tuner:
+        """A Tuner over `train_pack`: a grid over `packs`, or `num_samples` trials proposed by `search_alg`; or
+        the Tune experiment at `restore`, continued (finished trials are not run again)."""
+        trainable = tune.with_resources(train_pack, {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu})
+        if restore is not None:
+            self.experiment_path = restore
+            return tune.Tuner.restore(restore, trainable, resume_errored=True)
+        self.experiment_path = f"{self.storage.rstrip('/')}/{name}"
+        space = {"grokray": ctx.to_dict()}
+        if packs is not None:
+            space["pack"] = {"grid_search": packs}
+        opts = self.options
+        return tune.Tuner(
+            trainable,
+            param_space=space,
+            tune_config=tune.TuneConfig(
+                search_alg=search_alg, scheduler=scheduler, num_samples=num_samples,
+                max_concurrent_trials=max_concurrent if max_concurrent is not None else opts.max_concurrent,
+                trial_name_creator=trial_name, trial_dirname_creator=trial_dirname),
+            run_config=tune.RunConfig(
+                name=name, storage_path=self.storage, verbose=0,
+                failure_config=tune.FailureConfig(max_failures=opts.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_kept),
+                callbacks=[ProgressLine(total_configs, total_work, opts.progress)]),
+        )
+
+    def fit(self, tuner: tune.Tuner) -> Round:
+        t0 = time.time()
+        self.timings.setdefault("setup", t0 - self.t_start - self.timings.get("ray_start", 0.0))
+        results = list(tuner.fit())
+        self.timings["tune"] = self.timings.get("tune", 0.0) + time.time() - t0
+        rnd = Round(results)
+        for r in results:
+            name = trial_name_of(r)
+            if r.error is not None:
+                rnd.errors[name] = error_reason(r.error)
+            elif not (r.metrics or {}).get("pack_done"):
+                rnd.unfinished += 1
+            rnd.member_phases.update((r.metrics or {}).get("member_phases") or {})
+        self.rounds.append(rnd)
+        return rnd
+
+    # -- the close -----------------------------------------------------------------------------------------------
+    def close(self, configurations: int, packs: int = 0, interrupted: bool | None = None,
+              metrics: dict[str, float] | None = None) -> LaunchSummary:
+        """Replay the spool, close the parent (phase counts, `configurations`, `metrics`, status) and summarise.
+        A launch is FAILED when a trial failed, KILLED when `interrupted` (None: when a trial did not finish its
+        pack; a search whose scheduler stops trials says False)."""
+        t0 = time.time()
+        results = [r for rnd in self.rounds for r in rnd.results]
+        errors = {k: v for rnd in self.rounds for k, v in rnd.errors.items()}
+        if interrupted is None:
+            interrupted = any(rnd.unfinished for rnd in self.rounds)
+        status = "FAILED" if errors else "KILLED" if interrupted else "FINISHED"
+        fallback: dict[str, int] = {}
+        for rnd in self.rounds:
+            for phase in rnd.member_phases.values():
+                fallback[phase] = fallback.get(phase, 0) + 1
+        closed = self.parent.close(status, self.spool_dir, self.options.delivery_wait_s, fallback, configurations,
+                                   metrics)
+        self.timings["finish"] = time.time() - t0
+        last = [dict(r.metrics or {}) for r in results]
+        return LaunchSummary(
+            kind=self.kind, name=self.spec.name, tracking_uri=self.uri, experiment_id=self.parent.experiment_id,
+            parent_run_id=self.parent.run_id, experiment_path=self.experiment_path, configurations=configurations,
+            packs=packs, phase_counts=closed.phase_counts, errored_trials=len(errors), interrupted=interrupted,
+            wall_s=time.time() - self.t_start, trial_metrics=last,
+            trial_nodes={trial_name_of(r): (r.metrics or {}).get("node_id", "") for r in results if r.config},
+            trial_errors=errors, spooled_points=sum(int(m.get("spooled_points", 0)) for m in last),
+            undelivered_dir=closed.spool_dir if closed.undelivered else "",
+            undelivered_points=closed.undelivered_points, undelivered_batches=closed.undelivered_batches,
+            timings=self.timings,
+        )
+
+
+def trial_name_of(result) -> str:
+    """The name of the trial a Tune result came from (its pack id for a grid)."""
+    config = result.config or {}
+    if "optuna_trial" in config:
+        return f"optuna-{config['optuna_trial']}"
+    return (config.get("pack") or {}).get("pack_id") or (result.metrics or {}).get("pack_id", "?")

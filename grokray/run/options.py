@@ -1,0 +1,80 @@
+"""The options every driver takes (one type, so no driver can silently drop one) and what every launch returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import SpecError
+
+EXIT_OK, EXIT_INCOMPLETE, EXIT_UNDELIVERED = 0, 1, 3  # the CLI's exit codes after a launch (2: a SpecError)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    resume: bool = False
+    max_concurrent: int | None = None  # trials (packs) running at once; a search's default is search.max_concurrent
+    address: str | None = None  # Ray cluster to join (default: RAY_ADDRESS, else a private local Ray)
+    tracking_uri: str | None = None
+    storage: str | None = None  # Ray Tune results and checkpoints (default ./grokray-results)
+    checkpoint_every: int = 1000  # steps per chunk: each chunk may log to MLflow, checkpoint and report
+    # At most one Tune result (with its checkpoint and MLflow batch) per pack per this many seconds, plus the last
+    # one: Tune asks for a few results per second across a cluster, and a lost node costs <= this much.
+    # None: the driver's default (30 s; a search reports every chunk, which ASHA and Optuna read).
+    min_report_s: float | None = None
+    progress: bool | None = None  # the live line; None: only when stdout is a terminal
+    num_cpus: int | None = None  # local Ray only
+    max_failures: int = 3  # Tune's retries of a trial whose worker died
+    delivery_wait_s: float = 60.0  # after a tracking outage: how long a pack, then the driver, retries the backlog
+    buffer_points: int = 200_000  # metric points a worker holds in memory while the tracking server is away
+    parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
+
+    def validate(self) -> None:
+        """Every option checked before Ray starts or MLflow is written (SpecError names the CLI flag)."""
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise SpecError("--max-concurrent", f"got {self.max_concurrent}; must be >= 1")
+        if self.checkpoint_every < 1:
+            raise SpecError("--checkpoint-every", f"got {self.checkpoint_every}; must be >= 1")
+        if self.min_report_s is not None and self.min_report_s < 0:
+            raise SpecError("--report-every", f"got {self.min_report_s}; must be >= 0")
+        if self.delivery_wait_s < 0:
+            raise SpecError("--delivery-wait", f"got {self.delivery_wait_s}; must be >= 0")
+        if self.max_failures < 0:
+            raise SpecError("max_failures", f"got {self.max_failures}; must be >= 0")
+
+
+@dataclass
+class LaunchSummary:
+    """What one launch did, whichever driver ran it."""
+
+    kind: str  # grid, adaptive or search
+    name: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    experiment_path: str  # the (last) Ray Tune experiment directory
+    configurations: int
+    packs: int
+    phase_counts: dict[str, int]
+    errored_trials: int
+    interrupted: bool  # stopped before the end (Ctrl-C, max_rounds): --resume continues
+    wall_s: float
+    trial_metrics: list[dict] = field(default_factory=list)  # last result of every trial
+    trial_nodes: dict[str, str] = field(default_factory=dict)  # pack id -> node id of its last result
+    trial_errors: dict[str, str] = field(default_factory=dict)  # pack id -> why its trial failed (last line)
+    spooled_points: int = 0  # metric points that waited out a tracking outage in a spool
+    undelivered_dir: str = ""  # where metrics that could not be delivered wait for `grokray replay`
+    undelivered_points: int = 0
+    undelivered_batches: int = 0
+    # seconds of wall time: ray_start, setup (Ray up -> Tune starts), tune, finish (parent run), ray_stop
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return "FAILED" if self.errored_trials else "KILLED" if self.interrupted else "FINISHED"
+
+    @property
+    def exit_code(self) -> int:
+        """3 when anything was not delivered to MLflow, else 1 when a trial failed or the launch stopped early."""
+        if self.undelivered_points or self.undelivered_batches:
+            return EXIT_UNDELIVERED
+        return EXIT_INCOMPLETE if self.errored_trials or self.interrupted else EXIT_OK

@@ -1,0 +1,78 @@
+"""The live line of a launch: configurations done of the total, phase counts so far, an ETA. A Tune callback,
+shown for every driver, silent unless stdout is a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ray import tune
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+class ProgressLine(tune.Callback):
+    """One live line: configurations done/total, phase counts so far, ETA. Silent unless stdout is a TTY."""
+
+    def __init__(self, total_configs: int, total_work: float, enabled: bool | None = None):
+        self.total_configs = total_configs
+        self.total_work = max(total_work, 1.0)
+        self.enabled = enabled
+        self._reset()
+
+    def _reset(self):
+        self.latest: dict[str, dict] = {}
+        self.start = time.time()
+        self.last_draw = 0.0
+        self.width = 0
+
+    def setup(self, **info):
+        self._reset()
+        if self.enabled is None:
+            self.enabled = sys.stdout.isatty()
+
+    def line(self) -> str:
+        done = sum(r.get("members_done", 0) for r in self.latest.values())
+        phases: dict[str, int] = {}
+        work = 0.0
+        for r in self.latest.values():
+            for p, n in (r.get("phases") or {}).items():
+                phases[p] = phases.get(p, 0) + n
+            work += r.get("step", 0) * r.get("members", 0)
+        frac = min(1.0, work / self.total_work)
+        elapsed = time.time() - self.start
+        eta = f"ETA {_fmt_s(elapsed * (1 - frac) / frac)}" if frac > 0.02 else "ETA ?"
+        counts = " ".join(f"{p} {n}" for p, n in sorted(phases.items())) or "-"
+        return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {_fmt_s(elapsed)} {eta}"
+
+    def _draw(self, force=False):
+        if not self.enabled or (not force and time.time() - self.last_draw < 0.5):
+            return
+        self.last_draw = time.time()
+        text = self.line()
+        sys.stdout.write("\r" + text.ljust(self.width))
+        sys.stdout.flush()
+        self.width = len(text)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.latest[trial.trial_id] = result
+        self._draw()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._draw(force=True)
+
+    def on_experiment_end(self, trials, **info):
+        if self.enabled and self.width:
+            self._draw(force=True)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+
+    def __getstate__(self):  # Tuner pickles its run config; the live state is rebuilt in setup()
+        state = dict(self.__dict__)
+        state["latest"] = {}
+        return state

@@ -1,0 +1,230 @@
+"""`grokray search`: the search driver. Optuna's sampler inside Ray Tune, one configuration per trial, a
+persistent study.
+
+The study lives in Optuna storage (search.study: a JournalStorage file beside the Ray Tune results, or an RDB URL),
+so it outlives any one run: `--resume` loads it, trials it already holds keep their values, and the sampler sees
+them. A suggestion whose configuration the study already evaluated is answered from the study (told with the
+stored values and re-asked), never trained again. Each trial is a pack of one for the shared `train_pack`, so
+checkpoints, retries, the outage spool and the MLflow child-run layout are every driver's; each report carries
+val/acc (for ASHA) and the objective (for OptunaSearch).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import TrialState
+from ray import tune
+from ray.tune.search import ConcurrencyLimiter, Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from ..errors import SpecError
+from ..plan.expand import run_name
+from ..search.artifacts import log_parent_results
+from ..search.config import SearchConfig, parse_search, start_point, trial_config
+from ..search.study import (
+    PARENT_RUN_ATTR,
+    TRACKING_URI_ATTR,
+    best_trials,
+    counted,
+    directions,
+    distributions,
+    journal_path,
+    make_sampler,
+    open_storage,
+    open_study,
+    recover_interrupted,
+)
+from ..spec import Spec
+from ..tracking.client import is_transient, retry, run_is_active
+from ..tracking.schema import (
+    PHASE_TAG,
+    SEARCH_OBJECTIVE_TAG,
+    SEARCH_PRUNED_TAG,
+    SEARCH_SAMPLER_TAG,
+    SEARCH_STORAGE_TAG,
+    SEARCH_STUDY_TAG,
+    TRIAL_KEY_TAG,
+)
+from .cluster import resolve_storage
+from .launch import Launch
+from .options import LaunchOptions, LaunchSummary
+
+MAX_REASKS = 50  # repeats answered in a row before the space counts as spent and the search stops
+
+
+@dataclass
+class SearchSummary(LaunchSummary):
+    study_name: str = ""
+    storage: str = ""  # the journal file path, or the RDB URL
+    journal_path: str | None = None
+    trials: int = 0  # trials in the study now (all states)
+    completed: int = 0
+    new_trials: int = 0  # Tune trials run by this invocation
+    directions: list[str] = field(default_factory=list)
+    best: list[dict] = field(default_factory=list)  # [{number, params, values, phase}] (one; or the Pareto front)
+    artifacts: list[str] = field(default_factory=list)
+    recovered: tuple[int, int] = (0, 0)  # interrupted trials (answered from their finished MLflow run, run again)
+
+
+class GrokraySearch(OptunaSearch):
+    """OptunaSearch that turns each suggestion into a one-member pack, answers repeated configurations from the
+    study instead of training them again, and records each trial's key and phase as Optuna user attributes."""
+
+    def __init__(self, spec: Spec, cfg: SearchConfig, target: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.cfg = cfg
+        self.target = target  # trials the study should hold; once reached (or the space is spent) suggest stops
+        self.log_axes = sorted(k for k, d in cfg.space.items() if d.log)
+        self._done: dict[str, tuple[int, list[float]]] = {}  # trial key -> (trial number, values)
+        for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            key = t.user_attrs.get("trial_key")
+            if key and key not in self._done:
+                self._done[key] = (t.number, list(t.values))
+        self._running: dict[str, str] = {}  # Tune trial id -> trial key
+        self.answered_from_study = 0
+
+    def _full(self) -> bool:
+        return self.target is not None and counted(self._ot_study) + len(self._running) >= self.target
+
+    def suggest(self, trial_id: str):
+        for attempt in range(MAX_REASKS + 1):
+            if self._full() or attempt == MAX_REASKS:  # the target is reached, or the space seems spent
+                return Searcher.FINISHED
+            params = super().suggest(trial_id)
+            config = trial_config(self.spec, params)
+            key = config.key()
+            ot_trial = self._ot_trials[trial_id]
+            seen = self._done.get(key)
+            if seen is None and key in self._running.values():
+                ot_trial.set_user_attr("duplicate_of_running", key)
+                self._ot_study.tell(ot_trial, state=TrialState.FAIL)
+                del self._ot_trials[trial_id]
+                continue
+            if seen is not None:
+                number, values = seen
+                ot_trial.set_user_attr("trial_key", key)
+                ot_trial.set_user_attr("duplicate_of", number)
+                self._ot_study.tell(ot_trial, values if self.cfg.multi else values[0])
+                del self._ot_trials[trial_id]
+                self.answered_from_study += 1
+                continue
+            break
+        ot_trial.set_user_attr("trial_key", key)
+        self._running[trial_id] = key
+        point = {**{k: v for k, v in start_point(self.spec).items() if k == "seed"}, **params}
+        name = f"#{ot_trial.number} " + run_name(point, list(self.cfg.space), self.log_axes)
+        pack = {"pack_id": f"search-{key}",
+                "members": [{"config": config.to_dict(), "key": key, "name": name, "point": point}]}
+        return {**params, "pack": pack, "optuna_trial": ot_trial.number}
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+        key = self._running.pop(trial_id, None)
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is not None and result:
+            for attr in ("phase", "step_train_acc", "step_val_acc", "val/acc", "step"):
+                if attr in result:
+                    ot_trial.set_user_attr(attr.replace("/", "_"), result[attr])
+            if not result.get("pack_done"):
+                ot_trial.set_user_attr("pruned_at_step", result.get("step"))
+        super().on_trial_complete(trial_id, result=result, error=error)
+        if ot_trial is not None and key:
+            frozen = self._ot_study.get_trials(deepcopy=False)[ot_trial.number]  # a trial's number is its index
+            if frozen.state == TrialState.COMPLETE:
+                self._done.setdefault(key, (frozen.number, list(frozen.values)))
+
+
+def finished_runs(children, threshold: float) -> dict[str, dict]:
+    """Trial key -> phase and crossing steps of every child run that ended with a phase tag."""
+    out = {}
+    for run in children:
+        tags, metrics = run.data.tags, run.data.metrics
+        if run.info.status != "FINISHED" or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
+            continue
+        steps = [metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]
+        out[tags[TRIAL_KEY_TAG]] = {"phase": tags[PHASE_TAG], "step_train": None if steps[0] is None else
+                                    int(steps[0]), "step_val": None if steps[1] is None else int(steps[1])}
+    return out
+
+
+def _parent_tags(cfg: SearchConfig, label: str) -> dict:
+    return {SEARCH_STUDY_TAG: cfg.study, SEARCH_OBJECTIVE_TAG: cfg.objective, SEARCH_SAMPLER_TAG: cfg.sampler,
+            SEARCH_STORAGE_TAG: label if "://" not in label else label.split("://")[0] + "://"}
+
+
+def _tuner(launch: Launch, spec: Spec, cfg: SearchConfig, study, storage, to_run: int, target: int):
+    log_axes = sorted(k for k, d in cfg.space.items() if d.log)
+    metric = cfg.objective if cfg.multi else cfg.objective[0]
+    mode = ["min"] * len(cfg.objective) if cfg.multi else "min"
+    searcher = GrokraySearch(spec, cfg, target=target, space=distributions(cfg), metric=metric, mode=mode,
+                             sampler=make_sampler(cfg, len(study.trials)), study_name=cfg.study, storage=storage)
+    concurrent = min(cfg.max_concurrent, launch.options.max_concurrent or cfg.max_concurrent)
+    budget = trial_config(spec, {}).budget_steps
+    every, scheduler = launch.options.checkpoint_every, None
+    if cfg.asha is not None:
+        every = max(1, min(every, cfg.asha.grace))
+        scheduler = tune.schedulers.ASHAScheduler(time_attr="step", metric="val/acc", mode="max", max_t=budget,
+                                                  grace_period=cfg.asha.grace,
+                                                  reduction_factor=cfg.asha.reduction_factor)
+    ctx = launch.context(list(cfg.space), log_axes, checkpoint_every=every, objective=tuple(cfg.objective),
+                         penalty=float(cfg.penalty))
+    name = f"{cfg.study}-search_{time.strftime('%Y%m%d-%H%M%S')}"
+    return launch.tuner(name, ctx, search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrent),
+                        scheduler=scheduler, num_samples=to_run, max_concurrent=concurrent,
+                        total_configs=to_run, total_work=float(to_run * budget), checkpoints_kept=1)
+
+
+def _finish_study(launch: Launch, study, cfg: SearchConfig) -> list[str]:
+    """Children ASHA stopped are tagged pruned and ended; the study's report goes on the parent. Skipped, with
+    the rest of the close reporting what is undelivered, while the tracking server is away."""
+    client = launch.parent.client
+    try:
+        for run in launch.parent.children():
+            if run.info.status == "RUNNING" and PHASE_TAG not in run.data.tags:
+                retry(client.set_tag, run.info.run_id, SEARCH_PRUNED_TAG, "true")
+                retry(client.set_terminated, run.info.run_id, "KILLED")
+        return log_parent_results(client, launch.parent.run_id, study, cfg)
+    except Exception as exc:  # noqa: BLE001
+        if not is_transient(exc):
+            raise
+        return []
+
+
+def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: int | None = None) -> SearchSummary:
+    """Run (or --resume) the search of `spec`; the spec and its search block are validated before anything starts.
+    n_trials: trials the study should hold when this run ends (default: search.n_trials)."""
+    options = options or LaunchOptions()
+    options.validate()
+    cfg = parse_search(spec)
+    target = n_trials if n_trials is not None else cfg.n_trials
+    if target < 1:
+        raise SpecError("--n-trials", f"got {target}; must be >= 1")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    results_dir = resolve_storage(options.storage)
+    storage, label = open_storage(cfg, results_dir)
+    study = open_study(spec, cfg, storage, label, options.resume)
+    with Launch(spec, options, kind="search", default_report_s=0.0) as launch:
+        parent_id = study.user_attrs.get(PARENT_RUN_ATTR) if options.resume else None
+        if parent_id and run_is_active(launch.parent.client, parent_id):
+            launch.parent.resume(parent_id)
+            threshold = trial_config(spec, {}).phases.threshold
+            recovered = recover_interrupted(study, finished_runs(launch.parent.children(), threshold), cfg)
+        else:  # no MLflow record to answer from: every interrupted trial runs again
+            recovered = recover_interrupted(study, {}, cfg) if options.resume else (0, 0)
+            launch.open_parent(f"{cfg.study} search", list(cfg.space), sorted(k for k, d in cfg.space.items()
+                                                                             if d.log), _parent_tags(cfg, label))
+            study.set_user_attr(PARENT_RUN_ATTR, launch.parent.run_id)
+            study.set_user_attr(TRACKING_URI_ATTR, launch.uri)
+        to_run = max(0, target - counted(study))
+        new_trials = len(launch.fit(_tuner(launch, spec, cfg, study, storage, to_run, target)).results) if to_run \
+            else 0
+        study = optuna.load_study(study_name=cfg.study, storage=storage)
+        artifacts = _finish_study(launch, study, cfg)
+        summary = launch.close(configurations=counted(study), interrupted=False)
+    return SearchSummary(**vars(summary), study_name=cfg.study, storage=label, journal_path=journal_path(cfg,
+                         results_dir), trials=len(study.trials), completed=counted(study), new_trials=new_trials,
+                         directions=directions(cfg), best=best_trials(study, cfg), artifacts=artifacts,
+                         recovered=recovered)

@@ -1,0 +1,151 @@
+"""The Optuna study of a search: its storage, sampler and fingerprint, opening or resuming it, and recovering the
+trials a killed driver left running. Optuna only; no Ray, no MLflow (finished runs are handed in as plain data).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from ..errors import SpecError
+from ..spec import Spec
+from .config import SearchConfig, trial_config
+from .objective import objective_values
+
+FINGERPRINT_ATTR = "grokray.fingerprint"
+PARENT_RUN_ATTR = "grokray.mlflow_parent_run_id"
+TRACKING_URI_ATTR = "grokray.tracking_uri"
+
+
+def distributions(cfg: SearchConfig) -> dict:
+    out = {}
+    for key, d in cfg.space.items():
+        if d.kind == "float":
+            out[key] = FloatDistribution(d.low, d.high, log=d.log)
+        elif d.kind == "int":
+            out[key] = IntDistribution(d.low, d.high, log=d.log)
+        else:
+            out[key] = CategoricalDistribution(list(d.choices))
+    return out
+
+
+def journal_path(cfg: SearchConfig, results_dir: str) -> str | None:
+    """The journal file (None for an RDB URL): search.storage, else <results>/<study>.optuna.journal.
+    `results_dir`: the launch's resolved Ray Tune results directory."""
+    if cfg.storage and "://" in cfg.storage:
+        return None
+    if cfg.storage:
+        return str(Path(cfg.storage).resolve())
+    base = results_dir
+    if "://" in base:
+        raise SpecError("search.storage", f"Ray Tune results go to {base}; give the study a local journal file "
+                                          "or an RDB URL (search.storage)")
+    return str(Path(base) / f"{cfg.study}.optuna.journal")
+
+
+def open_storage(cfg: SearchConfig, results_dir: str):
+    """(Optuna storage, its label): a JournalStorage over a file (what optuna-dashboard opens) or an RDB URL."""
+    path = journal_path(cfg, results_dir)
+    if path is None:
+        return optuna.storages.RDBStorage(cfg.storage), cfg.storage
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(path)), path
+
+
+def make_sampler(cfg: SearchConfig, offset: int = 0):
+    """Seeded TPE (constant_liar while trials run concurrently) or random. `offset` (the trials already in a
+    resumed study) shifts the seed, so a resumed random sampler does not replay the points it drew before."""
+    seed = cfg.seed + offset
+    if cfg.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    startup = min(10, max(3, cfg.n_trials // 4))  # Optuna's 10 random trials would be most of a small budget
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=cfg.max_concurrent > 1,
+                                      multivariate=True)
+
+
+def directions(cfg: SearchConfig) -> list[str]:
+    return ["minimize"] * len(cfg.objective)
+
+
+def study_fingerprint(spec: Spec, cfg: SearchConfig) -> dict:
+    """What a resumed study must agree on: the start configuration, the space and the objectives."""
+    space = {k: [d.kind, d.low, d.high, d.log, list(d.choices)] for k, d in cfg.space.items()}
+    return {"start_key": trial_config(spec, {}).key(), "space": space, "objective": cfg.objective,
+            "penalty": cfg.penalty}
+
+
+def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> tuple[int, int]:
+    """Trials a dead driver left RUNNING. One whose MLflow run had already finished (the driver died between the
+    worker's last log and Optuna's tell) is told the values computed from that run, so it is never trained again;
+    the others are marked failed and their configurations queued to run again. `finished` maps trial key ->
+    {phase, step_train, step_val} of finished runs. Returns (told, queued)."""
+    told = queued = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        run = finished.get(t.user_attrs.get("trial_key", ""))
+        if run is not None:
+            values = objective_values(cfg.objective, run["phase"], run["step_train"], run["step_val"], cfg.penalty)
+            attrs = {"phase": run["phase"], "step_train_acc": _or_minus_one(run["step_train"]),
+                     "step_val_acc": _or_minus_one(run["step_val"]), "recovered_from_mlflow": True}
+            # Optuna 5 has no public way to set a user attribute on a RUNNING trial found by number (only on the
+            # Trial that `ask` returned, which the dead driver held): its storage is the one handle there is.
+            for attr, value in attrs.items():
+                study._storage.set_trial_user_attr(t._trial_id, attr, value)
+            study.tell(t.number, values if cfg.multi else values[0])
+            told += 1
+        else:
+            study.tell(t.number, state=TrialState.FAIL)
+            study.enqueue_trial(t.params, user_attrs={"retry_of": t.number}, skip_if_exists=False)
+            queued += 1
+    return told, queued
+
+
+def _or_minus_one(value):
+    return -1 if value is None else value
+
+
+def counted(study) -> int:
+    """Trials that ran or were answered from the study (complete or pruned)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
+
+
+def best_trials(study, cfg: SearchConfig) -> list[dict]:
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    if not done:
+        return []
+    trials = study.best_trials if cfg.multi else [study.best_trial]
+    return [{"number": t.number, "params": dict(t.params), "values": list(t.values),
+             "phase": t.user_attrs.get("phase")} for t in trials if all(math.isfinite(v) for v in t.values)]
+
+
+def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool):
+    """Create the study, or with `resume` load it and check it was made from the same space and objectives."""
+    fingerprint = study_fingerprint(spec, cfg)
+    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if cfg.study in existing and not resume:
+        n = existing[cfg.study].n_trials
+        raise SpecError("--resume", f"study {cfg.study!r} already exists in {label} with {n} trials; pass --resume "
+                                    "to continue it, or name a new one with -s search.study=NAME")
+    if cfg.study not in existing and resume:
+        raise SpecError("--resume", f"no study {cfg.study!r} in {label}; run without --resume to start it")
+    if not resume:
+        study = optuna.create_study(study_name=cfg.study, storage=storage, directions=directions(cfg))
+        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+        study.set_user_attr("grokray.objective", cfg.objective)
+        study.set_user_attr("grokray.spec_hash", spec.hash())
+        return study
+    study = optuna.load_study(study_name=cfg.study, storage=storage)
+    stored = study.user_attrs.get(FINGERPRINT_ATTR)
+    if stored is not None and stored != fingerprint:
+        changed = sorted(k for k in fingerprint if stored.get(k) != fingerprint[k])
+        raise SpecError("--resume", f"study {cfg.study!r} was made from a different {', '.join(changed)}; "
+                                    "start a new study with -s search.study=NAME")
+    if [d.name.lower() for d in study.directions] != directions(cfg):
+        raise SpecError("search.objective", f"study {cfg.study!r} has {len(study.directions)} objectives")
+    return study

@@ -1,0 +1,256 @@
+"""Worker side: the child runs of one pack's members, opened by the worker that trains the pack.
+
+A retried or resumed pack finds each member's run by its trial key and logs only the curve points beyond the
+last step already stored. If the tracking server is away when the pack opens, the pack trains anyway: runs it
+could not find or create are found or created by the courier when the server is back (delivery.resolve_run),
+and their first batches are deduplicated against what the store holds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, fields
+from functools import partial
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from .client import clean, is_transient, latest_steps, now_ms, quick_failing_http, retry, search_all, server_answers
+from .delivery import SPOOL_DIRNAME, Batch, Courier, replay_dir, spool_files
+from .schema import (
+    CODE_VERSION_TAG,
+    CONFIGURATION,
+    LOG_AXES_TAG,
+    MODEL_TAG,
+    NODE_TAG,
+    PACK_ID_TAG,
+    PARENT_ID_TAG,
+    PHASE_TAG,
+    ROLE_TAG,
+    SPEC_HASH_TAG,
+    STARTS_TAG,
+    SWEPT_TAG,
+    TASK_TAG,
+    TRIAL_KEY_TAG,
+    children_filter,
+    flatten,
+)
+
+OPEN_ATTEMPTS = 3  # a pack that finds the server away at open trains on; its runs are made when it is back
+# Requests a worker keeps in flight to a tracking server (run creation, a report's batches): the server spends
+# most of a request waiting on its database, so a pack of many members is bound by round trips, not by CPU.
+# A SQLite file takes one writer at a time: 1.
+SERVER_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """Where a pack's runs go and how they are delivered: the tracking half of a trial's context."""
+
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    spec_hash: str
+    code_version: str
+    swept: tuple[str, ...] = ()
+    log_axes: tuple[str, ...] = ()
+    spool_dir: str = ""  # undelivered batches (default: ~/.grokray/undelivered/<parent>)
+    delivery_wait_s: float = 60.0  # after an outage: how long a finished pack retries its backlog
+    buffer_points: int = 200_000  # metric points held in memory while the server is away
+    buffer_block_s: float = 0.0  # how long a full buffer may hold training up before it spills to disk only
+    concurrency: int = SERVER_CONCURRENCY  # requests in flight to a tracking server
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> RunTarget:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - names)
+        if unknown:
+            raise ValueError(f"unknown run-target keys {unknown}; allowed: {', '.join(sorted(names))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+
+
+class MemberRun:
+    """One configuration's child run. run_id is "" until the run is found or created (see the module doc)."""
+
+    def __init__(self, key: str, run_id: str, last_step: dict[str, int], params: dict | None = None,
+                 tags: dict | None = None, create: dict | None = None):
+        self.key = key
+        self.run_id = run_id
+        self.last_step = last_step  # metric key -> last step stored
+        self.pending_params = params or {}  # sent with the first batch of metrics
+        self.pending_tags = tags or {}
+        self.create = create  # what delivery needs to make the run, while run_id is ""
+
+
+class PackTracker:
+    """Child runs of the members of one pack."""
+
+    def __init__(self, target: RunTarget, pack: dict):
+        self.target = target
+        self.pack = pack
+        server = target.tracking_uri.startswith("http")
+        if server:
+            quick_failing_http()  # the courier spools instead of letting MLflow's client retry for minutes
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a line per ended run
+        self.workers = target.concurrency if server else 1
+        self.client = MlflowClient(tracking_uri=target.tracking_uri)
+        self.runs: list[MemberRun] = []
+        self._calls = 0
+        self.seconds = 0.0  # time spent in MLflow from this worker
+        self.spool_dir = Path(target.spool_dir or Path.home() / ".grokray" / SPOOL_DIRNAME / target.parent_run_id)
+        self.courier = Courier(self.client, self.spool_dir / f"{pack['pack_id']}-{os.getpid()}-{now_ms()}.jsonl",
+                               max_points=target.buffer_points, block_s=target.buffer_block_s, workers=self.workers,
+                               probe=partial(server_answers, target.tracking_uri) if server else None,
+                               attempts=1 if server else 3)
+
+    @property
+    def calls(self) -> int:
+        """MLflow requests made (the benchmark reports them)."""
+        return self._calls + self.courier.calls
+
+    def _timed(self, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def open(self, node_id: str = "") -> None:
+        self._timed(self._open, node_id)
+
+    def _open(self, node_id: str) -> None:
+        target = self.target
+        earlier = [p for p in spool_files(self.spool_dir) if p.name.startswith(f"{self.pack['pack_id']}-")]
+        for path in earlier:  # an earlier attempt of this pack spooled batches: deliver them before reading steps
+            replay_dir(path.parent, self.client, deadline_s=target.delivery_wait_s, only=[path])
+        try:
+            existing = search_all(self.client, target.experiment_id, f"{children_filter(target.parent_run_id)} "
+                                  f"and tags.`{PACK_ID_TAG}` = '{self.pack['pack_id']}'", attempts=OPEN_ATTEMPTS)
+            self._calls += 1
+        except Exception as exc:  # noqa: BLE001
+            if not is_transient(exc):
+                raise
+            self.runs = [self._deferred(m, node_id) for m in self.pack["members"]]  # found or made at delivery
+            return
+        by_key = {r.data.tags.get(TRIAL_KEY_TAG): r for r in existing}
+        new = [m for m in self.pack["members"] if m["key"] not in by_key]
+        if self.workers > 1 and len(new) > 1:  # a fresh pack of many members: its runs created concurrently
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="grokray-open") as pool:
+                created = dict(zip((m["key"] for m in new), pool.map(lambda m: self._create(m, node_id), new),
+                                   strict=True))
+        else:
+            created = {m["key"]: self._create(m, node_id) for m in new}
+        for member in self.pack["members"]:
+            found = by_key.get(member["key"])
+            self.runs.append(created[member["key"]] if found is None else self._reopen(found, member, node_id))
+
+    def _tags(self, member: dict, node_id: str) -> dict:
+        cfg, target = member["config"], self.target
+        return clean({PARENT_ID_TAG: target.parent_run_id, ROLE_TAG: CONFIGURATION, MODEL_TAG: cfg["model"]["name"],
+                      TASK_TAG: cfg["task"]["name"], TRIAL_KEY_TAG: member["key"], PACK_ID_TAG: self.pack["pack_id"],
+                      SPEC_HASH_TAG: target.spec_hash, CODE_VERSION_TAG: target.code_version,
+                      SWEPT_TAG: list(target.swept), LOG_AXES_TAG: list(target.log_axes), NODE_TAG: node_id,
+                      STARTS_TAG: 1})
+
+    def _deferred(self, member: dict, node_id: str) -> MemberRun:
+        create = {"experiment_id": self.target.experiment_id, "run_name": member["name"],
+                  "tags": self._tags(member, node_id)}
+        return MemberRun(member["key"], "", {}, flatten(member["config"]), create=create)
+
+    def _create(self, member: dict, node_id: str) -> MemberRun:
+        try:
+            run = retry(self.client.create_run, self.target.experiment_id, run_name=member["name"],
+                        tags=self._tags(member, node_id), attempts=OPEN_ATTEMPTS)
+        except Exception as exc:  # noqa: BLE001
+            if not is_transient(exc):
+                raise
+            return self._deferred(member, node_id)
+        self._calls += 1
+        return MemberRun(member["key"], run.info.run_id, {}, flatten(member["config"]))
+
+    def _reopen(self, found, member: dict, node_id: str) -> MemberRun:
+        """A retry or resume: the run's stored steps (one request), RUNNING again, its start counted."""
+        run_id = found.info.run_id
+        try:
+            last = latest_steps(self.client, run_id, OPEN_ATTEMPTS) if found.data.metrics else {}
+            self._calls += 1
+            if found.info.status != "RUNNING" and PHASE_TAG not in found.data.tags:
+                retry(self.client.update_run, run_id, status="RUNNING", attempts=OPEN_ATTEMPTS)
+                self._calls += 1
+        except Exception as exc:  # noqa: BLE001
+            if not is_transient(exc):
+                raise
+            last = {}  # unknown: the first batches are deduplicated against the store instead
+        starts = int(found.data.tags.get(STARTS_TAG, "1")) + 1  # counted, so tests can see re-runs
+        tags = {STARTS_TAG: str(starts), **({NODE_TAG: node_id} if node_id else {})}
+        pending = {} if found.data.params else flatten(member["config"])  # died before its first batch
+        return MemberRun(member["key"], run_id, last, pending, tags)
+
+    def log_curves(self, results) -> None:
+        """Curve points past the last stored step of each series, one log_batch per <= 1000 points."""
+        self._timed(self._log, results, None)
+
+    def finish(self, results, thresholds: list[float]) -> None:
+        """Remaining curve points, summary metrics and the phase tag in one batch; then end each run."""
+        self._timed(self._log, results, thresholds)
+
+    def log_states(self, states: list, name: str = "final_state.pt") -> None:
+        """Each member's final state (a dict of tensors, or None) as the artifact `name` of its child run."""
+        self._timed(self._log_states, states, name)
+
+    def _log_states(self, states: list, name: str) -> None:
+        import tempfile
+
+        import torch
+
+        for run, state in zip(self.runs, states, strict=True):
+            if state is None or not run.run_id:
+                continue  # an artifact cannot wait in the spool: a run the outage kept from being made has none
+            with tempfile.TemporaryDirectory() as d:
+                path = Path(d) / name
+                torch.save(state, path)
+                try:
+                    retry(self.client.log_artifact, run.run_id, str(path))
+                except Exception as exc:  # noqa: BLE001
+                    if not is_transient(exc):
+                        raise
+            self._calls += 1
+
+    def _log(self, results, thresholds) -> None:
+        now = now_ms()
+        batches = []
+        for i, (run, result) in enumerate(zip(self.runs, results, strict=True)):
+            run.run_id = run.run_id or self.courier.resolved.get(run.key, "")
+            metrics = []
+            steps = result.curve.get("step", [])
+            for key, values in result.curve.items():
+                if key == "step":
+                    continue
+                last = run.last_step.get(key, -1)
+                for step, value in zip(steps, values, strict=True):
+                    if step > last and value is not None and math.isfinite(value):
+                        metrics.append([key, float(value), now, int(step)])
+                        run.last_step[key] = step
+            tags, terminate = dict(run.pending_tags), None
+            if thresholds is not None:
+                summary = result.summary(thresholds[i])
+                metrics += [[k, float(v), now, int(result.steps_run)] for k, v in summary.items()
+                            if v is not None and math.isfinite(float(v))]
+                tags, terminate = {**tags, PHASE_TAG: result.phase}, "FINISHED"
+            if metrics or tags or run.pending_params or terminate:
+                batches.append(Batch(run.run_id, metrics, clean(run.pending_params), clean(tags), terminate,
+                                     key=run.key, create=None if run.run_id else run.create))
+                run.pending_params, run.pending_tags = {}, {}
+        self.courier.send_many(batches)
+
+    def close(self, wait_s: float | None = None) -> int:
+        """Deliver what an outage held back, waiting up to `wait_s` (the target's delivery_wait_s by default).
+        Returns the metric points left in the spool file `self.courier.spool.path` (0: everything delivered)."""
+        return self._timed(self.courier.close, self.target.delivery_wait_s if wait_s is None else wait_s)

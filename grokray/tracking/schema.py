@@ -1,0 +1,82 @@
+"""Every name grokray writes to MLflow, in one place: tags, metric names, what a parent run must carry, `flatten`.
+
+Analysis, the atlas and the drivers read runs back by these names, so a name spelled twice is a name that drifts.
+Pure: imports nothing.
+"""
+
+from __future__ import annotations
+
+# -- tags on every run ----------------------------------------------------------------------------------------
+PARENT_ID_TAG = "mlflow.parentRunId"  # MLflow's own nesting tag
+ROLE_TAG = "grokray.role"  # PARENT or CONFIGURATION
+PARENT = "parent"
+CONFIGURATION = "configuration"
+SPEC_HASH_TAG = "grokray.spec_hash"  # what the sweep trains (after presets and overrides): how resume finds it
+CODE_VERSION_TAG = "grokray.code_version"
+SWEPT_TAG = "grokray.swept"  # JSON list of the dotted keys that vary
+LOG_AXES_TAG = "grokray.log_axes"  # JSON list of the swept keys drawn on a log scale
+
+# -- parent runs ------------------------------------------------------------------------------------------------
+KIND_TAG = "grokray.kind"  # which driver made it: one of KINDS
+KINDS = ("grid", "adaptive", "search")
+CONFIGURATIONS_TAG = "grokray.configurations"  # configurations the parent's children cover (set when it closes)
+PACKS_TAG = "grokray.packs"
+EXPERIMENT_PATH_TAG = "grokray.experiment_path"  # the Ray Tune experiment a grid's --resume restores
+PHASE_COUNT_TAG = "grokray.phase_count."  # + phase: children with that phase (set when it closes)
+PHASE_COUNT_METRIC = "phase_count/"  # + phase, the same count as a metric
+SPEC_ARTIFACT = "spec.resolved.yaml"
+# The tags every parent run carries from the moment it is opened, whichever driver opened it.
+REQUIRED_PARENT_TAGS = (ROLE_TAG, KIND_TAG, SPEC_HASH_TAG, CODE_VERSION_TAG, SWEPT_TAG, LOG_AXES_TAG)
+# ... and the ones it carries once closed (the atlas's skip-if-complete compares the two).
+CLOSED_PARENT_TAGS = (CONFIGURATIONS_TAG,)
+
+ADAPTIVE_TAG = "grokray.adaptive"  # "true" on an adaptive parent (read by older stores' resume)
+ADAPTIVE_ROUND_TAG = "grokray.adaptive.round"
+ADAPTIVE_BUDGET_TAG = "grokray.adaptive.budget"
+ADAPTIVE_FULL_GRID_TAG = "grokray.adaptive.full_grid"
+ADAPTIVE_LATTICE_TAG = "grokray.adaptive.lattice"
+ADAPTIVE_ROUNDS_DIR = "adaptive"  # artifact directory of the round records
+SEARCH_STUDY_TAG = "grokray.search.study"
+SEARCH_STORAGE_TAG = "grokray.search.storage"
+SEARCH_OBJECTIVE_TAG = "grokray.search.objective"
+SEARCH_SAMPLER_TAG = "grokray.search.sampler"
+SEARCH_PRUNED_TAG = "grokray.search.pruned"  # on a child that ASHA stopped before it was classified
+
+# -- child runs (one per configuration) --------------------------------------------------------------------------
+PHASE_TAG = "grokray.phase"  # set last, with the summaries: a child with it is finished
+TRIAL_KEY_TAG = "grokray.trial_key"  # the configuration's content hash: how a retried pack finds its run
+PACK_ID_TAG = "grokray.pack_id"
+MODEL_TAG = "grokray.model"
+TASK_TAG = "grokray.task"
+NODE_TAG = "grokray.node"
+STARTS_TAG = "grokray.starts"  # how many times a worker opened this run (1 unless retried or resumed)
+
+CURVE_METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
+STEPS_RUN_METRIC = "steps_run"
+
+
+def phase_count_tags(counts: dict[str, int]) -> dict[str, str]:
+    return {f"{PHASE_COUNT_TAG}{p}": str(n) for p, n in counts.items()}
+
+
+def parent_filter(spec_hash: str, kind: str | None = None) -> str:
+    """The search_runs filter for the parent runs of one spec (of one driver's kind, if given)."""
+    query = f"tags.`{ROLE_TAG}` = '{PARENT}' and tags.`{SPEC_HASH_TAG}` = '{spec_hash}'"
+    return query + (f" and tags.`{KIND_TAG}` = '{kind}'" if kind else "")
+
+
+def children_filter(parent_run_id: str) -> str:
+    return f"tags.{PARENT_ID_TAG} = '{parent_run_id}'"
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    """{'optim': {'decoder': {'lr': 1e-3}}} -> {'optim.decoder.lr': 1e-3}: a configuration as MLflow params.
+    Lists stay values."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

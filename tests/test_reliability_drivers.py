@@ -1,0 +1,254 @@
+"""Failure injection for every driver (`make reliability`): the outage guarantees are the launch layer's, so the
+adaptive sweep and `grokray search` must keep what `grokray run` keeps (tests/test_reliability.py has the grid's).
+
+- the tracking server stopped for 30 s mid-launch, on SQLite and on PostgreSQL: nothing lost, nothing duplicated,
+  no trial failed or scored by the outage;
+- the server stopped for good: the command says what is undelivered and exits 3; `grokray replay` then delivers
+  all of it (an adaptive sweep stopped at a round boundary finishes with --resume);
+- the adaptive driver SIGKILLed mid-round and resumed: no finished trial re-run.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+from test_reliability import _kill_group, report, wait_for
+
+from grokray.engine.schedule import record_steps
+from grokray.search.config import parse_search
+from grokray.search.objective import objective_values
+from grokray.spec import build_spec, load_spec, read_yaml
+from grokray.tracking.local_servers import LocalPostgres, MlflowServer, missing_reason
+
+pytestmark = pytest.mark.reliability
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
+DEGROK = ROOT / "sweeps" / "degrok_toy.yaml"
+GROKRAY = Path(sys.executable).with_name("grokray")
+
+
+def adaptive_spec(steps: int):
+    raw = read_yaml(QUICKSTART)
+    raw["adaptive"] = {"start": [3, 3], "target": [5, 5], "budget": 16}
+    return build_spec(raw, ["seeds=[0]", "phases.stop_when_classified=false", "resources.pack_size=3",
+                            f"train.steps={steps}", f"phases.budget={steps}"])
+
+
+def search_overrides(steps: int) -> list[str]:
+    return ["search.n_trials=6", "search.max_concurrent=2", f"train.steps={steps}", f"phases.budget={steps}",
+            "phases.stop_when_classified=false"]
+
+
+SPECS = {
+    "adaptive": lambda steps: adaptive_spec(steps),
+    "search": lambda steps: load_spec(DEGROK, search_overrides(steps), scale="smoke"),
+}
+
+
+def children(uri: str, experiment: str):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    return client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",
+                              max_results=5000)
+
+
+def check_children(uri: str, spec, n: int) -> list:
+    """n children, one per trial key, each FINISHED with a phase and every series exactly the record schedule
+    (stop_when_classified is off, so each records its whole schedule): 0 points lost, 0 duplicated."""
+    runs = children(uri, spec.name)
+    keys = [r.data.tags["grokray.trial_key"] for r in runs]
+    assert len(keys) == len(set(keys)) == n, (len(keys), len(set(keys)), n)
+    client = MlflowClient(uri)
+    steps = sorted(record_steps(spec.first_trial().budget_steps, spec.first_trial().train.curve_points_per_decade))
+    for run in runs:
+        assert run.info.status == "FINISHED" and "grokray.phase" in run.data.tags, run.info.run_id
+        for metric in ("train/loss", "val/acc"):
+            got = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+            assert got == steps, (metric, len(got), len(steps))
+    return runs
+
+
+def check_study(storage_dir: Path, runs, spec):
+    """No trial failed, and every value Optuna holds is the one its finished MLflow run gives: no trial was
+    scored by the outage instead of by its training."""
+    cfg = parse_search(spec)
+    study = optuna.load_study(study_name=cfg.study, storage=JournalStorage(JournalFileBackend(
+        str(storage_dir / f"{cfg.study}.optuna.journal"))))
+    assert not [t.number for t in study.trials if t.state == TrialState.FAIL]
+    by_key = {r.data.tags["grokray.trial_key"]: r for r in runs}
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert {t.user_attrs["trial_key"] for t in complete} == set(by_key)
+    threshold = spec.first_trial().phases.threshold
+    for t in complete:
+        run = by_key[t.user_attrs["trial_key"]]
+        st, sv = (run.data.metrics.get(f"{k}_{threshold:g}") for k in ("step_train_acc", "step_val_acc"))
+        expected = objective_values(cfg.objective, run.data.tags["grokray.phase"], None if st is None else int(st),
+                                    None if sv is None else int(sv), cfg.penalty)
+        assert list(t.values) == pytest.approx(expected), t.number
+    return study
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def server(request, tmp_path):
+    if request.param == "postgres":
+        reason = missing_reason()
+        if reason:
+            pytest.skip(f"no local PostgreSQL: {reason}")
+        with LocalPostgres() as pg:
+            srv = MlflowServer(tmp_path, pg.uri).start()
+            yield srv
+            srv.stop()
+        return
+    srv = MlflowServer(tmp_path).start()
+    yield srv
+    srv.stop()
+
+
+def launch(kind: str, spec, uri: str, tmp_path, **kw):
+    from grokray.run.adaptive import run_adaptive
+    from grokray.run.options import LaunchOptions
+    from grokray.run.search import run_search
+
+    options = LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=50,
+                            min_report_s=1.0, progress=False, max_concurrent=2, **kw)
+    return (run_adaptive if kind == "adaptive" else run_search)(spec, options)
+
+
+@pytest.mark.parametrize("kind", ["adaptive", "search"])
+def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, server, kind):
+    spec = SPECS[kind](4000)
+    outage = {}
+
+    def break_it():
+        wait_for(lambda: any(r.data.metrics for r in children(server.url, spec.name)), 240, "first curves", 1.0)
+        outage["start"] = time.time()
+        server.stop()
+        time.sleep(30)
+        server.start()
+        outage["end"] = time.time()
+
+    killer = threading.Thread(target=break_it, daemon=True)
+    killer.start()
+    summary = launch(kind, spec, server.url, tmp_path)
+    killer.join(timeout=120)
+    assert "end" in outage, "the launch ended before the outage did"
+    assert summary.errored_trials == 0 and not summary.interrupted and summary.exit_code == 0
+    assert summary.undelivered_points == 0 and summary.spooled_points > 0  # held back, then delivered
+    runs = check_children(server.url, spec, summary.configurations)
+    if kind == "search":
+        check_study(tmp_path / "results", runs, spec)
+    parent = MlflowClient(server.url).get_run(summary.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["grokray.kind"] == kind
+    held = max(m["mlflow_s"] - m.get("delivery_wait_s", 0.0) for m in summary.trial_metrics if "mlflow_s" in m)
+    assert held < 20, held  # training went on during the outage
+    report(f"tracking_outage_{kind}", outage_s=round(outage["end"] - outage["start"]),
+           spooled_points=summary.spooled_points, points_lost=0, duplicated=0, trials_failed=0,
+           configurations=summary.configurations, max_tracking_s=round(held, 1))
+
+
+@pytest.mark.parametrize("kind", ["adaptive", "search"])
+def test_a_server_that_does_not_come_back_exits_3_and_replay_delivers_everything(local_ray, tmp_path, server,
+                                                                                  kind, capsys):
+    from grokray.cli import main
+
+    steps = 2000
+    spec = SPECS[kind](steps)
+    common = ["--tracking-uri", server.url, "--storage", str(tmp_path / "results"), "--checkpoint-every", "100",
+              "--delivery-wait", "3", "--max-concurrent", "2"]
+    if kind == "adaptive":
+        path = tmp_path / "adaptive.yaml"
+        import yaml
+
+        raw = read_yaml(QUICKSTART)
+        raw["adaptive"] = {"start": [3, 3], "target": [5, 5], "budget": 16}
+        path.write_text(yaml.safe_dump(raw))
+        args = ["run", str(path), *sum((["-s", o] for o in ["seeds=[0]", "phases.stop_when_classified=false",
+                                                              "resources.pack_size=3", f"train.steps={steps}",
+                                                              f"phases.budget={steps}"]), []), *common]
+    else:
+        args = ["search", str(DEGROK), "--scale", "smoke", *sum((["-s", o] for o in search_overrides(steps)), []),
+                *common]
+
+    def break_it():
+        wait_for(lambda: any(r.data.metrics for r in children(server.url, spec.name)), 240, "first curves", 1.0)
+        server.stop()
+
+    killer = threading.Thread(target=break_it, daemon=True)
+    killer.start()
+    code = main(args)
+    killer.join(timeout=60)
+    err = capsys.readouterr().err
+    assert code == 3, err
+    line = [x for x in err.splitlines() if x.startswith("deliver them once it is back: grokray replay ")][-1]
+    spool_dir = line.split("grokray replay ", 1)[1].split(" --tracking-uri")[0]
+    assert Path(spool_dir).is_dir()
+    server.start()
+    assert main(["replay", spool_dir, "--tracking-uri", server.url]) == 0
+    if kind == "adaptive":  # stopped at the round boundary it could not record: --resume finishes it
+        assert main([*args, "--resume"]) == 0, capsys.readouterr().err
+    runs = children(server.url, spec.name)
+    parent = MlflowClient(server.url).get_run(runs[0].data.tags["mlflow.parentRunId"])
+    n = int(parent.data.tags["grokray.configurations"])
+    runs = check_children(server.url, spec, n)
+    if kind == "search":
+        check_study(tmp_path / "results", runs, spec)
+    assert parent.info.status == "FINISHED"
+    report(f"tracking_never_back_{kind}", exit_code=code, points_lost=0, configurations=n)
+
+
+def test_adaptive_driver_sigkill_then_resume(tmp_path):
+    import yaml
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    raw = read_yaml(QUICKSTART)
+    raw["adaptive"] = {"start": [3, 3], "target": [5, 5], "budget": 16}
+    path = tmp_path / "adaptive.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    overrides = ["seeds=[0]", "phases.stop_when_classified=false", "resources.pack_size=3", "train.steps=3000",
+                 "phases.budget=3000"]
+    args = [str(GROKRAY), "run", str(path), *sum((["-s", o] for o in overrides), []), "--max-concurrent", "1",
+            "--checkpoint-every", "100", "--tracking-uri", uri, "--storage", str(tmp_path / "results")]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    env["TUNE_GLOBAL_CHECKPOINT_S"] = "1"
+    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    spec = adaptive_spec(3000)
+    try:
+        def midway():
+            runs = children(uri, spec.name)
+            done = [r for r in runs if "grokray.phase" in r.data.tags]
+            return len(done) >= 3 and any(r.data.metrics for r in runs if r not in done)
+
+        wait_for(midway, 400, "a pack finished and the next logging")
+        time.sleep(3)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        _kill_group(first)
+    before = {r.data.tags["grokray.trial_key"]: r for r in children(uri, spec.name)}
+    finished_before = {k for k, r in before.items() if "grokray.phase" in r.data.tags}
+    resumed = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=600, start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    runs = children(uri, spec.name)
+    parent = MlflowClient(uri).get_run(runs[0].data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FINISHED"
+    runs = check_children(uri, spec, int(parent.data.tags["grokray.configurations"]))
+    by_key = {r.data.tags["grokray.trial_key"]: r for r in runs}
+    rerun = [k for k in finished_before if int(by_key[k].data.tags.get("grokray.starts", "1")) != 1
+             or by_key[k].info.end_time != before[k].info.end_time]
+    assert not rerun, rerun
+    report("adaptive_driver_loss", configurations=len(runs), finished_before_kill=len(finished_before),
+           re_run=0, duplicated=0, lost=0)

@@ -22,7 +22,7 @@ from .diagram import (
 )
 from .effective_theory import addition_pairs, p_unique, p_unique_curve, parallelogram_matrix, unique_linear
 from .load import load_curves, load_runs, parent_runs, runs_to_frame
-from .report import Analysis, analyze
+from .pipeline import Analysis, analyze
 from .representations import (
     CirculantDistance,
     FourierSpectrum,

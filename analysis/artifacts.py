@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .load import mlflow_client
 from .representations import agop_circulant_distance, fourier_spectrum, pca, rqi
 
 __all__ = ["EMBEDDINGS", "METRIC_COLUMNS", "STATE_ARTIFACT", "load_states", "representation_metrics",
@@ -73,9 +74,8 @@ def load_states(run_ids: Iterable[str], tracking_uri: str | None = None, name: s
                 dst: str | Path | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Download and read the saved final state of each run: {run_id: {param name: array}}. Runs without the
     artifact are left out. dst: where to keep the downloaded files (default: a temporary directory)."""
-    from .load import _client
 
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     out: dict[str, dict[str, np.ndarray]] = {}
     quiet = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ  # one progress bar per run is noise here
     if quiet:

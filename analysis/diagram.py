@@ -62,7 +62,7 @@ def remaining_axes(df: pd.DataFrame, exclude: Iterable[str] = (), seed: str = "s
     return [c for c in cands if c in df and c not in exclude and df[c].nunique(dropna=False) > 1]
 
 
-def _canon(v):
+def canonical(v):
     """Equal axis values from different runs compare equal (logspace floats round-trip through strings)."""
     if isinstance(v, float | np.floating) and np.isfinite(v):
         return float(f"{float(v):.12g}")
@@ -100,7 +100,7 @@ class PhaseGrid(NamedTuple):
     steps_col: str
 
 
-def _phase_order(df: pd.DataFrame) -> tuple[str, ...]:
+def phase_order(df: pd.DataFrame) -> tuple[str, ...]:
     extra = sorted(set(df["phase"].dropna()) - set(PHASES))
     return tuple(PHASES) + tuple(extra)
 
@@ -127,8 +127,8 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
             raise KeyError(f"facet {a!r} is not a column")
     runs = df[df["phase"].notna()].copy()
     for a in keys:
-        runs[a] = runs[a].map(_canon)
-    phases = _phase_order(df)
+        runs[a] = runs[a].map(canonical)
+    phases = phase_order(df)
     st = pd.to_numeric(runs[steps], errors="coerce") if steps in runs else pd.Series(np.nan, index=runs.index)
     runs["_steps"] = st.where(np.isfinite(st))
     counts = pd.crosstab([runs[k] for k in keys], runs["phase"], dropna=False) if len(runs) else None
@@ -176,7 +176,7 @@ def pivot(grid: PhaseGrid, value: str = "phase", facet_value: tuple = ()) -> pd.
 
 def phase_counts(df: pd.DataFrame) -> pd.Series:
     """Runs per phase, every phase listed (zeros included), in the fixed phase order."""
-    phases = _phase_order(df)
+    phases = phase_order(df)
     return df["phase"].value_counts().reindex(list(phases), fill_value=0).astype(int).rename("runs")
 
 

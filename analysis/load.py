@@ -38,7 +38,7 @@ def _uri(tracking_uri: str | None) -> str:
     return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
-def _client(tracking_uri: str | None):
+def mlflow_client(tracking_uri: str | None):
     try:
         from mlflow.tracking import MlflowClient
     except ImportError as exc:  # pragma: no cover - mlflow is a dependency; the message helps slim installs
@@ -175,7 +175,7 @@ def load_runs(experiment: str | None = None, parent_run_id: str | None = None, t
     """
     if (experiment is None) == (parent_run_id is None):
         raise ValueError("give exactly one of experiment= or parent_run_id=")
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     if parent_run_id is not None:
         exp_id = client.get_run(parent_run_id).info.experiment_id
         runs = _search(client, [exp_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
@@ -196,7 +196,7 @@ def load_runs(experiment: str | None = None, parent_run_id: str | None = None, t
 def parent_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """The `grokray run`s of an experiment: run_id, run_name, start_time, status, spec_hash, code_version and a
     phase_count.<phase> column per phase (from the parent's tags), newest first."""
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     everything = _search(client, [_experiment_id(client, experiment)])
     parents = {r.data.tags["mlflow.parentRunId"] for r in everything if "mlflow.parentRunId" in r.data.tags}
     rows = []
@@ -222,7 +222,7 @@ def load_curves(run_ids: Sequence[str], tracking_uri: str | None = None,
     One get_metric_history request per (run, key) returns the whole series (MLflow pages it internally); never
     a request per step. Against a server the requests run in a thread pool; a SQLite store is read serially.
     """
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     jobs = [(r, k) for r in dict.fromkeys(run_ids) for k in keys]
 
     def fetch(job):

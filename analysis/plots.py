@@ -36,7 +36,7 @@ OTHER_COLOR = "#bbbbbb"
 MAX_ANNOTATED = 150  # cells per panel above which agreement is shown by alpha only
 
 
-def _figure(w: float, h: float) -> Figure:
+def new_figure(w: float, h: float) -> Figure:
     fig = Figure(figsize=(w, h), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -54,13 +54,13 @@ def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png", 
     return out
 
 
-def _finish(fig: Figure, path) -> Figure:
+def finish_figure(fig: Figure, path) -> Figure:
     if path is not None:
         save_figure(fig, path)
     return fig
 
 
-def _phase_color(phase) -> str:
+def phase_color(phase) -> str:
     return PHASE_COLORS.get(phase, OTHER_COLOR)
 
 
@@ -138,7 +138,7 @@ def _facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
     return cells
 
 
-def _draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3) -> None:
+def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3) -> None:
     ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
     rects = []
     for xv, yv in zip(cells[grid.x], cells[grid.y], strict=True):
@@ -162,8 +162,8 @@ def _grid_layout(n: int, panel=(4.2, 3.6), extra_w: float = 2.0):
     return nrows, ncols, (panel[0] * ncols + extra_w, panel[1] * nrows)
 
 
-def _phase_legend(fig: Figure, phases: Sequence[str], note: str | None = None) -> None:
-    handles = [Patch(facecolor=_phase_color(p), label=p.replace("_", " ")) for p in phases]
+def phase_legend(fig: Figure, phases: Sequence[str], note: str | None = None) -> None:
+    handles = [Patch(facecolor=phase_color(p), label=p.replace("_", " ")) for p in phases]
     if note:
         handles.append(Patch(facecolor="white", edgecolor="none", label=note))
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="phase")
@@ -171,9 +171,9 @@ def _phase_legend(fig: Figure, phases: Sequence[str], note: str | None = None) -
 
 def _phase_panel(ax, grid: PhaseGrid, fv: tuple, annotate: bool | None) -> None:
     cells = _facet_cells(grid, fv)
-    colors = [to_rgba(_phase_color(p), 0.25 + 0.75 * a) for p, a in zip(cells["phase"], cells["agreement"],
+    colors = [to_rgba(phase_color(p), 0.25 + 0.75 * a) for p, a in zip(cells["phase"], cells["agreement"],
                                                                            strict=True)]
-    _draw_cells(ax, grid, cells, colors)
+    draw_cells(ax, grid, cells, colors)
     show = annotate if annotate is not None else len(cells) <= MAX_ANNOTATED
     if show:
         ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
@@ -188,7 +188,7 @@ def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None,
     """Majority phase per cell, one panel per facet value. Colour = phase (fixed), opacity = seed agreement;
     cells where seeds disagree are annotated 'k/n' (majority count / seeds) unless there are too many cells."""
     nrows, ncols, size = _grid_layout(len(grid.facet_values))
-    fig = _figure(*size)
+    fig = new_figure(*size)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for k, fv in enumerate(grid.facet_values):
         ax = axes.flat[k]
@@ -197,15 +197,15 @@ def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None,
             ax.set_title(_facet_title(grid, fv), fontsize=9)
     for ax in list(axes.flat)[len(grid.facet_values):]:
         ax.set_visible(False)
-    _phase_legend(fig, grid.phases, "faded, k/n: seeds disagree")
+    phase_legend(fig, grid.phases, "faded, k/n: seeds disagree")
     fig.suptitle(title or f"phase diagram: {grid.y} vs {grid.x}")
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None) -> Figure:
     """log10 of the median steps to generalize per cell (companion of the phase diagram); grey = never."""
     nrows, ncols, size = _grid_layout(len(grid.facet_values), extra_w=1.5)
-    fig = _figure(*size)
+    fig = new_figure(*size)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     vals = grid.cells["log10_steps"].to_numpy(dtype=float)
     finite = vals[np.isfinite(vals)]
@@ -220,7 +220,7 @@ def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None) 
         ax = axes.flat[k]
         cells = _facet_cells(grid, fv)
         colors = [cmap(norm(v)) if np.isfinite(v) else to_rgba("#dddddd") for v in cells["log10_steps"]]
-        _draw_cells(ax, grid, cells, colors)
+        draw_cells(ax, grid, cells, colors)
         if grid.facets:
             ax.set_title(_facet_title(grid, fv), fontsize=9)
     from matplotlib.cm import ScalarMappable
@@ -230,7 +230,7 @@ def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None) 
         ax.set_visible(False)
     fig.colorbar(mappable, ax=axes.ravel().tolist(), label=f"log10 median {grid.steps_col} (grey: never)")
     fig.suptitle(title or "steps to generalize")
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def plot_curves(curves: pd.DataFrame, path=None, *, labels: dict | None = None,
@@ -238,7 +238,7 @@ def plot_curves(curves: pd.DataFrame, path=None, *, labels: dict | None = None,
                 title: str | None = None) -> Figure:
     """Series from analysis.load_curves against step on a log x-axis: one colour per run, one line style per key
     (train dashed, val solid). Step 0 cannot sit on a log axis and is left out."""
-    fig = _figure(7.5, 4.5)
+    fig = new_figure(7.5, 4.5)
     ax = fig.subplots()
     styles = ["--", "-", ":", "-."]
     from matplotlib import colormaps
@@ -260,7 +260,7 @@ def plot_curves(curves: pd.DataFrame, path=None, *, labels: dict | None = None,
         ax.axhline(threshold, color="grey", lw=0.8, ls=":")
     ax.legend(fontsize=7, loc="best")
     ax.set_title(title or "training curves")
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame | None = None,
@@ -268,7 +268,7 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
     """Top: share of generalizing runs against data fraction, with the effective-theory probability
     (analysis.effective_theory.p_unique_curve) overlaid when given. Bottom: median steps to generalize (log y,
     25-75% bars). The critical fraction is marked in both."""
-    fig = _figure(6.5, 6.0)
+    fig = new_figure(6.5, 6.0)
     top, bottom = fig.subplots(2, 1, sharex=True)
     t, f = curve.table, curve.fraction
     group_col = [c for c in t.columns if c not in {f, "n", "n_generalized", "rate", "median_steps", "q25_steps",
@@ -303,7 +303,7 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
     bottom.set_ylabel("steps to generalize (median)")
     bottom.set_xlabel(f)
     fig.suptitle(title or "grokking time against data fraction")
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A", "B"),
@@ -318,7 +318,7 @@ def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A
     ga = ga._replace(x_values=union.x_values, y_values=union.y_values, x_log=union.x_log, y_log=union.y_log)
     gb = gb._replace(x_values=union.x_values, y_values=union.y_values, x_log=union.x_log, y_log=union.y_log)
     nf = len(union.facet_values)
-    fig = _figure(4.0 * 3 + 2.2, 3.6 * nf)
+    fig = new_figure(4.0 * 3 + 2.2, 3.6 * nf)
     axes = fig.subplots(nf, 3, squeeze=False)
     for row, fv in enumerate(union.facet_values):
         for col, (g, name) in enumerate(((ga, labels[0]), (gb, labels[1]))):
@@ -336,22 +336,22 @@ def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A
                 edge.append(to_rgba("#999999"))
                 width.append(0.5)
             elif ch:
-                face.append(to_rgba(_phase_color(pb)))
-                edge.append(to_rgba(_phase_color(pa)))
+                face.append(to_rgba(phase_color(pb)))
+                edge.append(to_rgba(phase_color(pa)))
                 width.append(2.5)
             else:
                 face.append(to_rgba("#e6e6e6"))
                 edge.append(to_rgba("white"))
                 width.append(0.3)
-        _draw_cells(ax, union, cells, face, edgecolors=edge, linewidths=width)
+        draw_cells(ax, union, cells, face, edgecolors=edge, linewidths=width)
         n_changed = int(cells["changed"].sum())
         ax.set_title(f"changed: {n_changed} cell{'s' if n_changed != 1 else ''} (fill {labels[1]}, edge {labels[0]})",
                      fontsize=9)
     lines = [f"{n} {a} → {b}" for a, b, n in zip(cmp.transitions["from"], cmp.transitions["to"],
                                                   cmp.transitions["cells"], strict=True)]
-    _phase_legend(fig, union.phases, None)
+    phase_legend(fig, union.phases, None)
     fig.suptitle(title or (f"{labels[0]} vs {labels[1]}: " + ("; ".join(lines[:4]) if lines else "no phase changed")))
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def _merge_values(a: list, b: list) -> list:
@@ -364,7 +364,7 @@ def _merge_values(a: list, b: list) -> list:
 
 def plot_agop(image: np.ndarray, path=None, *, p: int | None = None, title: str | None = None) -> Figure:
     """An AGOP image (analysis.representations.agop_image) with block boundaries every p rows/columns."""
-    fig = _figure(5.0, 4.4)
+    fig = new_figure(5.0, 4.4)
     ax = fig.subplots()
     lim = float(np.abs(image).max()) or 1.0
     im = ax.imshow(image, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
@@ -374,13 +374,13 @@ def plot_agop(image: np.ndarray, path=None, *, p: int | None = None, title: str 
             ax.axvline(k - 0.5, color="k", lw=0.6)
     fig.colorbar(im, ax=ax)
     ax.set_title(title or "AGOP (diagonal removed)")
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def plot_embedding_pca(projected: np.ndarray, path=None, *, labels: Sequence | None = None,
                        explained: np.ndarray | None = None, title: str | None = None) -> Figure:
     """Embeddings on their first two principal components (analysis.representations.pca(...).projected)."""
-    fig = _figure(4.8, 4.4)
+    fig = new_figure(4.8, 4.4)
     ax = fig.subplots()
     proj = np.asarray(projected, dtype=float)
     xs = proj[:, 0]
@@ -393,4 +393,4 @@ def plot_embedding_pca(projected: np.ndarray, path=None, *, labels: Sequence | N
     ax.set_xlabel(f"PC1 ({ev[0]:.0%})" if np.isfinite(ev[0]) else "PC1")
     ax.set_ylabel(f"PC2 ({ev[1]:.0%})" if len(ev) > 1 and np.isfinite(ev[1]) else "PC2")
     ax.set_title(title or "embeddings (PCA)")
-    return _finish(fig, path)
+    return finish_figure(fig, path)

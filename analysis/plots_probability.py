@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from .diagram import PhaseGrid
-from .plots import _draw_cells, _figure, _finish, _phase_color, _phase_legend
+from .plots import draw_cells, finish_figure, new_figure, phase_color, phase_legend
 from .probability import ProbabilityMap
 
 __all__ = ["plot_probability_map"]
@@ -32,25 +32,25 @@ def _mark(ax, pm: ProbabilityMap) -> None:
 
 def plot_probability_map(pm: ProbabilityMap, path=None, *, title: str | None = None) -> Figure:
     """Majority phase shaded by confidence, and the unsettled-cells companion map, sampled points marked."""
-    fig = _figure(4.4 * 2 + 2.2, 4.0)
+    fig = new_figure(4.4 * 2 + 2.2, 4.0)
     left, right = fig.subplots(1, 2, squeeze=True)
     grid = _grid(pm)
     lat = pm.lattice
     conf = lat["share_lo"].fillna(0).to_numpy(dtype=float)
-    colors = [to_rgba(_phase_color(p), 0.2 + 0.8 * c) for p, c in zip(lat["phase"], conf, strict=True)]
-    _draw_cells(left, grid, lat, colors, linewidths=0.0)
+    colors = [to_rgba(phase_color(p), 0.2 + 0.8 * c) for p, c in zip(lat["phase"], conf, strict=True)]
+    draw_cells(left, grid, lat, colors, linewidths=0.0)
     _mark(left, pm)
     left.set_title(f"majority phase (opacity: Wilson lower bound, z={pm.z:.2f})", fontsize=9)
     margin = np.clip(0.5 - conf, 0, 0.5) / 0.5  # 0: settled; 1: lower bound at 0
     colors = [to_rgba("#d62728", 0.15 + 0.85 * m) if u else to_rgba("#e6e6e6")
               for u, m in zip(lat["unsettled"], margin, strict=True)]
-    _draw_cells(right, grid, lat, colors, linewidths=0.0)
+    draw_cells(right, grid, lat, colors, linewidths=0.0)
     _mark(right, pm)
     n_uns = int(pm.cells["unsettled"].sum())
     right.set_title(f"more seeds could change the answer: {n_uns}/{len(pm.cells)} sampled cells", fontsize=9)
-    _phase_legend(fig, [p for p in pm.phases if p in set(lat["phase"])], None)
+    phase_legend(fig, [p for p in pm.phases if p in set(lat["phase"])], None)
     right.legend(handles=[Patch(facecolor="#d62728", label="Wilson interval reaches 0.5"),
                           Patch(facecolor="#e6e6e6", label="settled")], fontsize=7, loc="upper right")
     fig.suptitle(title or f"phase probability: {pm.y} vs {pm.x} ({len(pm.cells)} sampled of "
                  f"{len(pm.x_values) * len(pm.y_values)} lattice points)")
-    return _finish(fig, path)
+    return finish_figure(fig, path)

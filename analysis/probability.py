@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from .diagram import _canon, _phase_order, log_axes
+from .diagram import canonical, log_axes, phase_order
 
 __all__ = ["ProbabilityMap", "agreement", "infer_lattice", "probability_map", "wilson_interval"]
 
@@ -86,8 +86,8 @@ def probability_map(df: pd.DataFrame, x: str, y: str, *, x_values: Sequence | No
     if runs.empty:
         raise ValueError("no finished runs (none has a phase)")
     for a in (x, y):
-        runs[a] = pd.to_numeric(runs[a]).map(_canon)
-    order = tuple(phases) if phases is not None else _phase_order(df)
+        runs[a] = pd.to_numeric(runs[a]).map(canonical)
+    order = tuple(phases) if phases is not None else phase_order(df)
     is_log = log_axes(runs, [x, y], declared=df.attrs.get("log_axes", ()) if log is None else log)
     counts = pd.crosstab([runs[y], runs[x]], runs["phase"]).reindex(columns=list(order), fill_value=0)
     cells = counts.reset_index()
@@ -111,7 +111,7 @@ def probability_map(df: pd.DataFrame, x: str, y: str, *, x_values: Sequence | No
 
     xs = list(x_values) if x_values is not None else infer_lattice(cells[x], is_log[x])
     ys = list(y_values) if y_values is not None else infer_lattice(cells[y], is_log[y])
-    xs, ys = [_canon(float(v)) for v in xs], [_canon(float(v)) for v in ys]
+    xs, ys = [canonical(float(v)) for v in xs], [canonical(float(v)) for v in ys]
     tx, ty = _scale(xs, is_log[x]), _scale(ys, is_log[y])
     sx = float(np.min(np.diff(tx))) if len(tx) > 1 else 1.0
     sy = float(np.min(np.diff(ty))) if len(ty) > 1 else 1.0

@@ -177,7 +177,7 @@ def _analyze(args) -> int:
     if args.experiment is None and args.parent is None:
         raise SpecError("--experiment", "give the experiment (the spec's name) or --parent RUN_ID")
     uri = resolve_tracking_uri(args.tracking_uri)
-    from analysis.report import analyze, summary_lines
+    from analysis.pipeline import analyze, summary_lines
 
     try:
         result = analyze(args.output, experiment=args.experiment, parent_run_id=args.parent, x=args.x, y=args.y,

@@ -13,7 +13,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from .errors import SpecError
 
@@ -182,6 +182,11 @@ def to_dict(obj) -> dict:
 @dataclass
 class OptimConfig:
     """One parameter group's optimizer. Liu and Omnigrok tune embedding and decoder separately."""
+
+    # The fields that may differ between the members of one pack: each member gets its own value (the pack's
+    # signature leaves them out; the optimizer holds them as [K, 1] columns, init_scale acts at init).
+    PER_MEMBER: ClassVar[tuple[str, ...]] = ("lr", "weight_decay", "betas", "eps", "momentum", "warmup_steps",
+                                             "temperature", "init_scale")
 
     name: Literal["adamw", "adam", "sgd", "normalized_gd", "langevin"] = "adamw"
     lr: float = bounded(1e-3, ge=0.0)

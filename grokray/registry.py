@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import SpecError
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -32,8 +34,6 @@ class Registry:
         return deco
 
     def get(self, name: str) -> Entry:
-        from .errors import SpecError
-
         if name not in self._entries:
             raise SpecError(f"{self.kind}.name", f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
         return self._entries[name]

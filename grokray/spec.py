@@ -104,9 +104,8 @@ def parse_trial(raw: dict) -> TrialConfig:
     _, task = _registered(TASKS, raw["task"], "task")
     entry, model = _registered(MODELS, raw["model"], "model")
     family = entry.build
-    if hasattr(family, "check_task"):
-        family.check_task(model, task, "model")
-    defaults = family.defaults if hasattr(family, "defaults") else {}
+    family.check_task(model, task, "model")
+    defaults = family.defaults
     for key in ("train", "phases"):
         if not isinstance(raw.get(key) or {}, dict):
             raise SpecError(key, f"expected a mapping of {key} settings, got {raw[key]!r}")

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from grokray.engine import load_checkpoint, make_trainer, max_pack_size, run_trial, save_checkpoint
+from grokray.engine.rfm import RfmTrainer
 from grokray.errors import SpecError
-from grokray.models.rfm import RfmTrainer, agop, circulant_distance, kernel_matrix, matrix_power
+from grokray.models.rfm import agop, circulant_distance, kernel_matrix, matrix_power
 from grokray.spec import build_spec, parse_trial
 from grokray.tasks.algorithmic import ModularTask
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlflow.tracking import MlflowClient
+
+from ..errors import SpecError
+from ..search.config import parse_search
 from .page import PieceTiming, page_is_current, refresh_kept_page, write_index, write_page
 from .plan import Figure, plan_atlas
 from .runner import ESTIMATE_METRIC, UPPER_METRIC, PieceRecord, estimate_piece, run_figure
@@ -32,7 +36,6 @@ class FigureResult:
 def piece_timings(figure: Figure, records: list[PieceRecord], tracking_uri: str) -> list[PieceTiming]:
     """Estimate against measured per piece. A piece stored without an estimate (run by plain `grokray run`, or by
     an older atlas) gets one made now, and it is logged on its parent so the page stays the same next time."""
-    from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     out = []
@@ -46,7 +49,6 @@ def piece_timings(figure: Figure, records: list[PieceRecord], tracking_uri: str)
                 client.log_metric(rec.parent_run_id, UPPER_METRIC, est[1])
         configurations, packs = rec.configurations or len(piece.spec.points()), rec.packs
         if piece.search:  # a search's parent counts no grid: it ran n_trials one-configuration trials
-            from ..search.config import parse_search
 
             configurations = packs = parse_search(piece.spec).n_trials
         out.append(PieceTiming(piece.name, configurations, packs, est[0], est[1], rec.wall_s))
@@ -81,7 +83,6 @@ def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracki
             log(f"[atlas] {figure.stem}: {result.measured_s / 60:.1f} min measured, {result.estimate_s / 60:.1f} min "
                 f"estimated (x{result.measured_s / max(result.estimate_s, 1e-9):.2f}) -> {page}")
         except Exception as exc:  # noqa: BLE001 - one figure's failure must not cost the others
-            from ..errors import SpecError
 
             if isinstance(exc, SpecError):
                 raise

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ..config import check_block
 from ..errors import SpecError
+from ..phases import PHASES
 
 VIEWS = ("diagram", "fraction")
 BLOCK_KEYS = ("axes", "view", "pieces", "regions")
@@ -120,7 +121,6 @@ def parse_atlas(raw, scales=("smoke", "reduced", "paper")) -> AtlasConfig:
         where = f"atlas.regions[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("phase"), str):
             raise SpecError(where, f"expected {{phase: NAME, <axis>: [low, high], ...}}, got {item!r}")
-        from ..phases import PHASES
 
         if item["phase"] not in PHASES:
             raise SpecError(f"{where}.phase", f"got {item['phase']!r}; allowed: {', '.join(PHASES)}")

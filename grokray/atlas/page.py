@@ -10,14 +10,22 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from analysis import plots
+from analysis.diagram import generalization_vs_fraction, phase_counts, phase_grid, pivot
+from analysis.effective_theory import p_unique_curve, val_ceiling
+from analysis.load import load_runs
+from analysis.pipeline import default_axes
 
 from ..plan.estimate import LONG_SHARE
 from ..plan.expand import short_names
+from ..tracking.history import share_and_mean
+from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
 from .runner import PieceRecord
 
@@ -38,33 +46,8 @@ class PieceTiming:
         return self.measured_s / self.estimate_s if self.estimate_s > 0 else float("nan")
 
 
-def _utc(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
-
-
-def _md_table(df: pd.DataFrame) -> str:
-    cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
-    return "\n".join(lines)
-
-
-def _cell(v) -> str:
-    if isinstance(v, float):
-        if pd.isna(v):
-            return "-"
-        return f"{v:.3g}"
-    return str(v)
-
-
 def load_figure_runs(records: list[PieceRecord], tracking_uri: str) -> pd.DataFrame:
     """The child runs of every piece as one frame (the pieces' swept and log axes merged)."""
-    from analysis.load import load_runs
 
     frames, swept, logs = [], [], set()
     for r in records:
@@ -129,7 +112,6 @@ def _span(lo, hi) -> str:
 def measured_budget_use(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per piece, (the share of its configurations that trained their whole budget, the mean share of the budget
     trained): what the estimate could only assume."""
-    from ..tracking.history import share_and_mean
 
     if "steps_run" not in df or "train.steps" not in df:
         return {}
@@ -149,15 +131,15 @@ def _timings_table(records: list[PieceRecord], timings: list[PieceTiming], measu
 
     rows = []
     for rec, t in zip(records, timings, strict=True):
-        when = "; ".join(f"{_utc(s)} ({_minutes(w)})" for s, w in rec.segments) or "-"
+        when = "; ".join(f"{utc(s)} ({minutes(w)})" for s, w in rec.segments) or "-"
         rows.append({"piece": t.name, "configurations": t.configurations, "packs": t.packs,
-                     "estimate": _minutes(t.estimate_s), "upper bound": _minutes(t.upper_s),
-                     "measured": _minutes(t.measured_s), "measured / estimate": f"{t.ratio:.2f}",
+                     "estimate": minutes(t.estimate_s), "upper bound": minutes(t.upper_s),
+                     "measured": minutes(t.measured_s), "measured / estimate": f"{t.ratio:.2f}",
                      "budget use, assumed": pair(rec.use or (LONG_SHARE, LONG_SHARE)),
                      "budget use, measured": pair(measured_use.get(t.name)),
                      "ran (UTC, wall)": when})
     bases = [f"{r.name}: {r.use[2]}" for r in records if r.use and r.use[2]]
-    return (_md_table(pd.DataFrame(rows)) + "\n\nBudget use: the share of members that train their whole budget / "
+    return (md_table(pd.DataFrame(rows)) + "\n\nBudget use: the share of members that train their whole budget / "
             "the mean share of the budget trained. The estimate's figures: "
             + ("; ".join(bases) if bases else f"assumed ({LONG_SHARE:.0%} / {LONG_SHARE:.0%})") + ".")
 
@@ -175,9 +157,6 @@ def _commands(figure: Figure) -> list[str]:
 
 
 def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[list[str], dict]:
-    from analysis import plots
-    from analysis.diagram import phase_grid
-    from analysis.report import default_axes
 
     axes = figure.config.axes
     # a preset may hold an axis at one value (smoke): then the figure falls back to the axes that vary
@@ -188,16 +167,15 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     fig.savefig(png, dpi=110)
     lines = [f"![phase diagram](img/{png.name})", "", "Majority phase per cell (rows: "
              f"`{y}`, columns: `{x}`; faded cells in the figure are where seeds disagree):", ""]
-    from analysis.diagram import pivot
 
     for fv in grid.facet_values:
         table = pivot(grid, "phase", fv).fillna("-")
         if grid.facets:
             lines += [f"Panel {', '.join(f'{k}={v}' for k, v in zip(grid.facets, fv, strict=True))}:", ""]
-        table.index = [_cell(v) for v in table.index]
-        table.columns = [_cell(v) for v in table.columns]
+        table.index = [cell(v) for v in table.index]
+        table.columns = [cell(v) for v in table.columns]
         label = short_names([y, x], aliases={})  # "embedding.lr \\ decoder.lr" where both end in lr
-        lines += [_md_table(table.reset_index(names=f"{label[y]} \\ {label[x]}")), ""]
+        lines += [md_table(table.reset_index(names=f"{label[y]} \\ {label[x]}")), ""]
     multi = grid.cells[grid.cells["n"] > 1]
     dis = disagreements(grid)
     summary = {"cells": int(len(grid.cells)), "cells_with_seeds": int(len(multi)), "disagreeing_cells": int(len(dis))}
@@ -205,7 +183,7 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     if len(multi):
         lines += [f"{len(multi)} cells have more than one seed; in {len(multi) - len(dis)} all seeds share the "
                   f"majority phase (mean agreement {multi['agreement'].mean():.2f}). Cells where seeds disagree:", ""]
-        lines += [_md_table(dis) if len(dis) else "(none)", ""]
+        lines += [md_table(dis) if len(dis) else "(none)", ""]
     else:
         lines += ["One seed per cell: every cell is a single sample.", ""]
     if figure.config.regions:
@@ -214,13 +192,12 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
         summary["regions"] = {r["expected"]: [int(r["matching"]), int(r["cells"])] for _, r in check.iterrows()}
         lines += ["## The paper's layout, cell by cell", "",
                   f"{matched} of {total} cells in the expected regions have the expected majority phase:", "",
-                  _md_table(check), ""]
+                  md_table(check), ""]
     return lines, summary
 
 
 def _split_ceilings(figure: Figure) -> dict[tuple[float, int], float]:
     """(fraction, seed) -> the best val accuracy the configuration's split allows (analysis.val_ceiling)."""
-    from analysis.effective_theory import val_ceiling
 
     out, data = {}, {}
     for piece in figure.pieces:
@@ -236,9 +213,6 @@ def _split_ceilings(figure: Figure) -> dict[tuple[float, int], float]:
 
 
 def _fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[list[str], dict]:
-    from analysis import plots
-    from analysis.diagram import generalization_vs_fraction
-    from analysis.effective_theory import p_unique_curve
 
     curve = generalization_vs_fraction(df)
     table = curve.table
@@ -271,7 +245,7 @@ def _fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[
              "withholds every pair of some sum cannot reach the threshold whatever is learned (the decoder never "
              f"sees that sum's target): `decodable splits` counts the runs whose split allows val acc >= "
              f"{threshold:g}, and `p_unique_decodable` is the theory's probability of both.", "",
-             _md_table(shown), "",
+             md_table(shown), "",
              f"Critical fraction (rate crosses {curve.level:g}): "
              f"{'not reached' if pd.isna(crit) else f'{crit:.2f}'}.", ""]
     summary = {"fractions": {f"{r[curve.fraction]:.3g}": {
@@ -283,7 +257,6 @@ def _fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[
 
 def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame, img_dir: Path,
                     tracking_uri: str) -> tuple[list[str], dict]:
-    from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     run_id = records[0].parent_run_id
@@ -301,7 +274,7 @@ def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame
     if best:
         rows = [{"trial": b["number"], "values": ", ".join(f"{v:g}" for v in b["values"]), "phase": b["phase"],
                  **{k.split(".")[-1] if k.count(".") < 2 else k: v for k, v in b["params"].items()}} for b in best]
-        lines += ["Best trial(s):", "", _md_table(pd.DataFrame(rows)), ""]
+        lines += ["Best trial(s):", "", md_table(pd.DataFrame(rows)), ""]
         summary["best"] = [{"number": b["number"], "values": b["values"], "phase": b["phase"]} for b in best]
     return lines, summary
 
@@ -309,7 +282,6 @@ def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame
 def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTiming], out_dir: str | Path,
                tracking_uri: str, notes_dir: str | Path | None = None) -> Path:
     """Write <out>/<spec>-<scale>.md (+ img/<...>.png and <...>.json); returns the page's path."""
-    from analysis.diagram import phase_counts
 
     out = Path(out_dir)
     img_dir = out / "img"
@@ -325,12 +297,12 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
              "```bash", *_commands(figure), "```", "",
              "## What the paper shows", "", f"> {figure.expected or '(the spec header states no expectation)'}", "",
              "## Runs and wall time", "",
-             f"{len(df)} configurations in {len(records)} piece(s); wall time **{_minutes(measured)} measured** "
-             f"against **{_minutes(estimate)} estimated** by the dry-run (measured / estimate = "
+             f"{len(df)} configurations in {len(records)} piece(s); wall time **{minutes(measured)} measured** "
+             f"against **{minutes(estimate)} estimated** by the dry-run (measured / estimate = "
              f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
              f"{', '.join(sorted({r.code_version for r in records if r.code_version})) or '-'}.", "",
              _timings_table(records, timings, measured_budget_use(df)), "",
-             "## Phase counts", "", _md_table(_counts_table(counts, len(df))), ""]
+             "## Phase counts", "", md_table(_counts_table(counts, len(df))), ""]
     if figure.pieces[0].search:
         body, summary = _search_section(figure, records, df, img_dir, tracking_uri)
         lines[lines.index("## Phase counts")] = "## Phase counts (all trials)"
@@ -394,13 +366,13 @@ def write_index(out_dir: str | Path) -> Path:
         ratio = s["measured_s"] / s["estimate_s"] if s["estimate_s"] else float("nan")
         counts = ", ".join(f"{p} {n}" for p, n in s["counts"].items())
         rows.append({"figure": f"[{s['figure']}]({s['figure']}.md)", "scale": s["scale"],
-                     "configurations": s["configurations"], "measured": _minutes(s["measured_s"]),
-                     "estimate": _minutes(s["estimate_s"]), "measured / estimate": f"{ratio:.2f}", "phases": counts})
+                     "configurations": s["configurations"], "measured": minutes(s["measured_s"]),
+                     "estimate": minutes(s["estimate_s"]), "measured / estimate": f"{ratio:.2f}", "phases": counts})
     text = ["# Atlas", "",
             "Every seed figure of the sweep library, regenerated by `grokray atlas` (`make atlas`) on real Ray and "
             "MLflow and compared with its paper. One page per figure and scale; `paper` is the spec as written "
             "(split into resumable pieces where it says so), `reduced` its reduced: preset, `smoke` the CI preset.",
-            "", _md_table(pd.DataFrame(rows)) if rows else "(no pages yet)", ""]
+            "", md_table(pd.DataFrame(rows)) if rows else "(no pages yet)", ""]
     index = out / INDEX
     index.write_text("\n".join(text))
     return index

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .sizing import usable_threads
+from .trainers import make_trainer
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,6 @@ def step_seconds(configs: list, device: str = "cpu", min_seconds: float = 0.25, 
     """Seconds per training step of a pack of `configs`: steps for `warmup_s` first (the first steps fault in the
     activations' pages and run 30% slower), then timed over >= min_seconds, or one step, whichever is longer (an
     RFM iteration at p = 61 takes about a second)."""
-    from . import make_trainer
-
     trainer = make_trainer(configs, device=device)
     t0 = time.perf_counter()
     trainer.run(until=1)

@@ -11,70 +11,30 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from dataclasses import dataclass, field
 
 import torch
 
 from ..config import to_dict
-from ..errors import SpecError
 from ..models import MODELS
 from ..optim import GroupOptimizer, MemberRandom
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
 from .memory import keep_freed_memory
+from .result import METRICS, MemberResult, pack_signature
 from .schedule import auto_eval_every, record_steps
+from .splits import member_splits
+from .states import pack_member_states
 
-METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
 # Trainer attributes with one row per pack member (dimension 0), selected together when the pack compacts.
 PER_MEMBER_TENSORS = (
     "train_idx", "train_w", "w_train_all", "train_mask_all", "val_mask_all", "val_idx", "val_valid", "n_train", "n_val",
     "has_val",
     "threshold", "cross_train", "cross_val", "diverged", "active", "last",
 )
-SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")
 EVAL_CHUNK = 16384  # samples per member per no-grad eval forward
 # Gradients accumulate in place into views of a flat buffer (models/base.py); torch notes that such views do not
 # follow its preferred gradient layout. That is deliberate and measured faster here, so the note is silenced.
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
-
-
-@dataclass
-class MemberResult:
-    phase: str
-    step_train: int | None
-    step_val: int | None
-    gap: int | None
-    steps_run: int
-    final: dict[str, float]
-    curve: dict[str, list] = field(default_factory=dict)  # "step" plus one list per metric
-
-    def summary(self, threshold: float = 0.9) -> dict[str, float]:
-        """Summary metrics with the names STYLE.md fixes: step_train_acc_0.9, step_val_acc_0.9, grokking_gap."""
-        out = {f"final/{k}": v for k, v in self.final.items()}
-        for key, value in (("step_train_acc", self.step_train), ("step_val_acc", self.step_val)):
-            if value is not None:
-                out[f"{key}_{threshold:g}"] = value
-        if self.gap is not None:
-            out["grokking_gap"] = self.gap
-        out["steps_run"] = self.steps_run
-        return out
-
-
-def pack_signature(cfg) -> str:
-    """Configs with equal signatures can share a pack: everything but the per-member fields must agree."""
-    d = cfg.to_dict()
-    family = MODELS.get(cfg.model.registry_name).build
-    d.pop("seed")
-    d.pop("phases")
-    for f in SPLIT_FIELDS:
-        d["task"].pop(f, None)
-    for f in family.per_member_fields:
-        d["model"].pop(f, None)
-    for group in d["optim"].values():
-        for f in ("lr", "weight_decay", "betas", "eps", "momentum", "warmup_steps", "temperature", "init_scale"):
-            group.pop(f)
-    d["train"].pop("steps")
-    return repr(sorted(d.items()))
 
 
 class PackTrainer:
@@ -104,32 +64,9 @@ class PackTrainer:
         x, y = self.data.x.to(self.device), self.data.y.to(self.device)
         self.x, self.y = (x.to(self.dtype) if x.is_floating_point() else x), y
         n = len(y)
-        splits = [c.task.split(self.data, c.seed) for c in configs]
-        self.n_train = torch.tensor([len(t) for t, _ in splits], device=self.device)
-        if int(self.n_train.min()) < 1:
-            raise SpecError("task.train_fraction", "leaves no training samples")
-        width = int(self.n_train.max())
-        self.train_idx = torch.zeros((K, width), dtype=torch.long, device=self.device)
-        self.train_w = torch.zeros((K, width), dtype=self.dtype, device=self.device)
-        self.w_train_all = torch.zeros((K, n), dtype=self.dtype, device=self.device)  # 1/n_train on train points
-        # Metrics are counts over 0/1 masks divided once, in float64: 9 of 10 correct is exactly 0.9.
-        self.train_mask_all = torch.zeros((K, n), dtype=torch.float64, device=self.device)
-        self.val_mask_all = torch.zeros((K, n), dtype=torch.float64, device=self.device)
-        # Each member's held-out rows, padded (index 0, weight 0) like train_idx: the "split" step evaluates them.
-        val_width = max(1, max(len(va) for _, va in splits))
-        self.val_idx = torch.zeros((K, val_width), dtype=torch.long, device=self.device)
-        self.val_valid = torch.zeros((K, val_width), dtype=torch.float64, device=self.device)
-        for k, (tr, va) in enumerate(splits):
-            tr, va = tr.to(self.device), va.to(self.device)
-            self.train_idx[k, : len(tr)] = tr
-            self.train_w[k, : len(tr)] = 1.0 / len(tr)
-            self.w_train_all[k, tr] = 1.0 / len(tr)
-            self.train_mask_all[k, tr] = 1.0
-            self.val_mask_all[k, va] = 1.0
-            self.val_idx[k, : len(va)] = va
-            self.val_valid[k, : len(va)] = 1.0
-        self.n_val = self.val_mask_all.sum(1).clamp(min=1)
-        self.has_val = torch.tensor([len(va) > 0 for _, va in splits], device=self.device)
+        for name, tensor in vars(member_splits(configs, self.data, self.dtype, self.device)).items():
+            setattr(self, name, tensor)  # each member's split as [K, ...] rows (see PER_MEMBER_TENSORS)
+        width = self.train_idx.shape[1]
 
         train = first.train
         self.full_batch = train.batch_size == "full"
@@ -363,6 +300,17 @@ class PackTrainer:
         self.total = max(self.max_steps)
         self.record_set = set().union(*self.member_records)
 
+    def member_bytes(self) -> int:
+        """Bytes one member needs: params, grads and two moments, plus forward activations over its data."""
+        params = sum(p[0].numel() for p in self.model.parameters())
+        elem = 8 if self.dtype == torch.float64 else 4
+        width = sum(p.shape[-1] for p in self.model.parameters() if p.dim() == 3)
+        return elem * (4 * params + len(self.y) * max(width, 1) * 3)
+
+    def member_states(self) -> list[dict | None]:
+        """Each member's parameters cropped to its own shapes (engine.states); None for one compacted away."""
+        return pack_member_states(self)
+
     def done(self) -> bool:
         return all(s is not None for s in self.stopped_at)
 
@@ -448,13 +396,3 @@ class PackTrainer:
         self.stopped_at = list(state["stopped_at"])
         self.curve_steps = list(state["curve_steps"])
         self.curve_rows = [r.to(self.device) for r in state["curve_rows"]] if len(state["curve_rows"]) else []
-
-
-def save_checkpoint(trainer, path) -> None:
-    """Any trainer (PackTrainer, RfmTrainer, ...): its state_dict holds tensors, lists and numbers only."""
-    torch.save(trainer.state_dict(), path)
-
-
-def load_checkpoint(trainer, path) -> None:
-    """Restore with weights_only=True: a crafted pickle in a checkpoint cannot run code."""
-    trainer.load_state_dict(torch.load(path, map_location=getattr(trainer, "device", "cpu"), weights_only=True))

@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from .trainers import make_trainer, max_pack_size
+
 CPU_WORKING_SET = 48 * 2**20  # bytes: stay near the last-level cache so stacking does not thrash memory
 GPU_FRACTION = 0.5  # of free device memory, leaving room for the other packs sharing the card
 MAX_PACK = 1024
@@ -58,13 +60,9 @@ class AddressSpaceCap:
         return False
 
 
-def member_bytes(trainer_probe) -> int:
-    """Bytes one member needs: params, grads and two moments, plus forward activations over its data."""
-    params = sum(p[0].numel() for p in trainer_probe.model.parameters())
-    elem = 8 if trainer_probe.dtype == torch.float64 else 4
-    width = sum(p.shape[-1] for p in trainer_probe.model.parameters() if p.dim() == 3)
-    activations = len(trainer_probe.y) * max(width, 1) * 3
-    return elem * (4 * params + activations)
+def member_bytes(trainer) -> int:
+    """Bytes one member of `trainer` needs (contracts.Trainer.member_bytes): what the sizing rules divide by."""
+    return trainer.member_bytes()
 
 
 def members_that_fit(need_bytes: int, free_bytes: int, gpu_fraction: float = 1.0) -> int:
@@ -79,8 +77,6 @@ def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: fl
     free_bytes: the GPU's free memory, measured where the packs will run (the driver of a cluster whose GPUs are
     on other nodes asks one of them; see sweep.runner). None on a GPU: this process's own card, if it has one,
     else the CPU rule."""
-    from . import make_trainer, max_pack_size
-
     cap = max_pack_size(config)
     if cap == 1 or n_configs <= 1:
         return 1

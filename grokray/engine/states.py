@@ -28,15 +28,16 @@ def _crop(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 def member_states(trainer) -> list[dict[str, torch.Tensor] | None]:
-    """One state per configuration of the pack, in the order the pack was given them; None for a member whose
-    rows were compacted away (keep `trainer.compact = False` to have them all)."""
-    if hasattr(trainer, "M"):  # rfm: one member, the feature matrix is the learned state
-        return [{"M": trainer.M.detach().cpu().clone()}]
+    """One state per configuration of any trainer (contracts.Trainer.member_states), in the order given."""
+    return trainer.member_states()
+
+
+def pack_member_states(trainer) -> list[dict[str, torch.Tensor] | None]:
+    """A PackTrainer's: one state per configuration of the pack, in the order the pack was given them; None for a
+    member whose rows were compacted away (keep `trainer.compact = False` to have them all)."""
     model = trainer.model
-    n = len(getattr(trainer, "all_configs", trainer.configs))
-    states: list[dict[str, torch.Tensor] | None] = [None] * n
-    members = getattr(trainer, "members", list(range(n)))
-    for row, m in enumerate(members):
+    states: list[dict[str, torch.Tensor] | None] = [None] * len(trainer.all_configs)
+    for row, m in enumerate(trainer.members):
         state = {}
         for name, stacked in model.named_stacked():
             group, start, stop, shape = model.layout[name]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from .pack import MemberResult
+from .result import MemberResult
+from .trainers import make_trainer
 
 
 def run_trial(config, device: str = "cpu") -> MemberResult:
     """Train `config` until its phase is decided (or its steps run out) and return curve and phase."""
-    from . import make_trainer
-
     trainer = make_trainer([config], device=device)
     trainer.run()
     return trainer.results()[0]

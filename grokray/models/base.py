@@ -19,8 +19,14 @@ from .layers import encode_inputs, linear, mlp, pad_stack, table_linear, table_r
 
 
 class PackedModel(torch.nn.Module):
+    """A gradient-trained family (contracts.Family, trained by engine.PackTrainer)."""
+
     groups: tuple[str, ...] = ("embedding", "decoder")
     per_member_fields: frozenset[str] = frozenset()  # config fields that may differ inside one pack
+    defaults: dict = {}  # train:/phases: values of this family's own (none: the global defaults)
+    example: dict = {}  # the contract tests' task and model: each family sets its own
+    trainer = "pack"
+    max_pack_size: int | None = None
     uses_dropout: bool = False
     # Full-batch training on small data measures every point every step. True: one forward over all of them, whose
     # backward then also runs over the held-out rows (cheap for MLPs, and the full symbol table has a fast first
@@ -78,14 +84,17 @@ class PackedModel(torch.nn.Module):
         self.pad_masks = {g: m.index_select(0, idx) for g, m in self.pad_masks.items()}
         self._build_leaves()
         self.configs = [self.configs[i] for i in idx.tolist()]
-        if hasattr(self.head, "select"):
-            self.head = self.head.select(idx)
+        self.head = self.head.select(idx)
         self.select_extra(idx)
 
     def select_extra(self, idx: torch.Tensor):
         """Families with per-member buffers of their own (beyond params and head) select them here."""
 
     # -- what a family provides -------------------------------------------------------------------------
+    @staticmethod
+    def check_task(model, task, path: str) -> None:
+        """Raise a SpecError naming `path` if this model cannot train on `task` (default: any task)."""
+
     @staticmethod
     def init_member(cfg, data, gen: torch.Generator, init_scales: dict[str, float]) -> dict[str, torch.Tensor]:
         raise NotImplementedError

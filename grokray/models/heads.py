@@ -9,7 +9,15 @@ import torch
 import torch.nn.functional as F
 
 
-class ClassificationHead:
+class Head:
+    """Loss and correctness of one output kind. A head with per-member state (its own rows) overrides `select`."""
+
+    def select(self, idx):
+        """The head of the members `idx` (a pack compacting away its finished members)."""
+        return self
+
+
+class ClassificationHead(Head):
     """Cross-entropy over `num_classes` logits; correct = argmax."""
 
     def __init__(self, num_classes: int):
@@ -20,7 +28,7 @@ class ClassificationHead:
         return loss, out.argmax(-1) == y
 
 
-class OneHotMSEHead:
+class OneHotMSEHead(Head):
     """MSE to one-hot targets (Omnigrok's image MLP, Gromov's quadratic regression); correct = argmax."""
 
     def __init__(self, num_classes: int):
@@ -31,7 +39,7 @@ class OneHotMSEHead:
         return (out - target).pow(2).sum(-1), out.argmax(-1) == y
 
 
-class TargetVectorHead:
+class TargetVectorHead(Head):
     """Liu's regression: each class has a fixed random target vector; correct = nearest target.
 
     `targets` is [K, C, D]: every member draws its own vectors from its own seed.
@@ -55,7 +63,7 @@ def target_vectors(gen: torch.Generator, num_classes: int, dim: int) -> torch.Te
     return torch.randn((num_classes, dim), generator=gen, dtype=torch.float64)
 
 
-class ScalarRegressionHead:
+class ScalarRegressionHead(Head):
     """Squared error to a scalar target (cubic teacher); correct = |prediction − target| < `tolerance`.
 
     The squared error is the loss, so `val/loss` is the test MSE and sqrt(val/loss) the test RMSE. The tolerance

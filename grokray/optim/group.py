@@ -73,7 +73,8 @@ class GroupOptimizer:
     noise, which is multiplied by the padding mask.
     """
 
-    HYPER = ("lr", "weight_decay", "eps", "momentum", "warmup_steps", "temperature")
+    # The per-member fields held as [K, 1] columns: betas become two (beta1, beta2) and init_scale acts at init.
+    HYPER = tuple(f for f in OptimConfig.PER_MEMBER if f not in ("betas", "init_scale"))
 
     def __init__(self, param: torch.Tensor, grad: torch.Tensor, configs: list[OptimConfig], seeds: list[int],
                  salt: int, pad_mask: torch.Tensor | None = None, compile: bool = False):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..engine import max_pack_size, pack_signature
 from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size, out_of_memory
+from ..errors import SpecError
 from ..spec import Spec, TrialConfig
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
@@ -137,8 +138,6 @@ def _deal(items: list, size: int) -> list[list]:
 
 
 def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float, gpu_free_bytes: int | None) -> int:
-    from ..errors import SpecError
-
     try:
         with AddressSpaceCap(PROBE_BYTES):
             return auto_pack_size(config, n, device, gpu_fraction=frac, free_bytes=gpu_free_bytes)
@@ -200,8 +199,6 @@ def check_size(spec: Spec, limit: int | None) -> int:
     """The expansion's size, or a SpecError when it exceeds `limit` (None: no limit)."""
     n = n_configs(spec)
     if limit is not None and n > limit:
-        from ..errors import SpecError
-
         raise SpecError("sweep", f"expands to {n} configurations, more than the limit {limit}; "
                         f"rerun with --yes to run them all (or raise --max-configs)")
     return n

@@ -13,8 +13,11 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from . import plots
+from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
-from .load import _client, load_runs, parent_runs
+from .load import load_runs, mlflow_client, parent_runs
+from .representations import agop_image, pca
 
 __all__ = ["Analysis", "analyze", "default_axes", "phase_table_text", "summary_lines"]
 
@@ -110,9 +113,6 @@ def summary_lines(result: Analysis) -> list[str]:
 
 def _state_figures(df: pd.DataFrame, states: dict, out: Path, limit: int) -> list[Path]:
     """AGOP images (rfm) or embedding PCA plots of a few runs with saved states: one per phase first."""
-    from . import plots
-    from .artifacts import EMBEDDINGS
-    from .representations import agop_image, pca
 
     have = df[df["run_id"].isin(list(states))]
     picked = list(have.drop_duplicates("phase")["run_id"])
@@ -151,7 +151,6 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     logged on the latest parent). parent_run_id: that `grokray run` (wins over experiment).
     compare_to: another experiment name (its latest parent) or a parent run id.
     """
-    from . import plots
 
     if parent_run_id is not None:
         df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri)
@@ -188,7 +187,6 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
 
     reps = None
     if representations:
-        from .artifacts import load_states, representation_metrics
 
         states = load_states(df["run_id"], tracking_uri)
         reps = representation_metrics(df, tracking_uri, states=states)
@@ -203,7 +201,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         parent = ids[0] if len(ids) == 1 else (parent_runs(experiment, tracking_uri)["run_id"].iloc[0] if ids
                                                 else None)
     if log and parent is not None:
-        client = _client(tracking_uri)
+        client = mlflow_client(tracking_uri)
         for f in files:
             client.log_artifact(parent, str(f), ARTIFACT_DIR)
     return Analysis(df, grid, counts, parent if log else None, files, comparison, other_label, reps)

@@ -1,0 +1,54 @@
+"""The two contracts the rest of grokray relies on, as Protocols: what a model family declares, and what a trainer
+does. The engine, the sweep layer and the sizing probe call these and nothing else, so a new family or trainer
+is checked against one list (tests/test_model_contract.py runs every registered family through it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Family(Protocol):
+    """A registered model family (the class `MODELS.register` decorates)."""
+
+    registry_name: ClassVar[str]
+    groups: ClassVar[tuple[str, ...]]  # optimizer parameter groups; () for a family without one (rfm)
+    per_member_fields: ClassVar[frozenset[str]]  # model fields that may differ between members of one pack
+    defaults: ClassVar[dict]  # train:/phases: values that differ from the global ones (rfm counts iterations)
+    example: ClassVar[dict]  # a task and model small enough for the contract tests
+    trainer: ClassVar[str]  # which engine trainer trains it: "pack" (stacked gradient training) or "rfm"
+    max_pack_size: ClassVar[int | None]  # None: any; 1: members cannot be stacked
+
+    @staticmethod
+    def check_task(model: Any, task: Any, path: str) -> None:
+        """Raise a SpecError naming `path` if this model cannot train on `task`."""
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """Trains K configurations at once (K = 1 is a single trial); steps are optimizer steps, or iterations."""
+
+    K: int  # members still in the pack
+    device: Any  # the torch.device it trains on (checkpoints are loaded onto it)
+    step: int
+    total: int  # the largest budget of its members
+    stopped_at: list[int | None]  # per member, in the order given: the step it stopped at, or None
+    compact: bool  # drop stopped members from the tensors (False keeps their rows, e.g. to save final states)
+
+    def run(self, until: int | None = None, on_check=None) -> bool:
+        """Train until every member stopped (True) or `step == until` (False)."""
+
+    def done(self) -> bool: ...
+
+    def results(self) -> list: ...  # one engine.pack.MemberResult per member, in the order given
+
+    def state_dict(self) -> dict: ...  # tensors, lists and numbers only: torch.load(weights_only=True) reads it
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+    def member_states(self) -> list[dict | None]:
+        """Each member's learned state as CPU tensors (None for a member compacted away)."""
+
+    def member_bytes(self) -> int:
+        """Memory one member needs (the sizing probe's measure)."""

@@ -1,0 +1,63 @@
+"""What training one configuration gives back, the same for every trainer, and the checkpoint functions that
+every trainer's state_dict goes through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..config import OptimConfig
+from ..models import MODELS
+
+METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
+SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")
+
+
+@dataclass
+class MemberResult:
+    phase: str
+    step_train: int | None
+    step_val: int | None
+    gap: int | None
+    steps_run: int
+    final: dict[str, float]
+    curve: dict[str, list] = field(default_factory=dict)  # "step" plus one list per metric
+
+    def summary(self, threshold: float = 0.9) -> dict[str, float]:
+        """Summary metrics with the names STYLE.md fixes: step_train_acc_0.9, step_val_acc_0.9, grokking_gap."""
+        out = {f"final/{k}": v for k, v in self.final.items()}
+        for key, value in (("step_train_acc", self.step_train), ("step_val_acc", self.step_val)):
+            if value is not None:
+                out[f"{key}_{threshold:g}"] = value
+        if self.gap is not None:
+            out["grokking_gap"] = self.gap
+        out["steps_run"] = self.steps_run
+        return out
+
+
+def pack_signature(cfg) -> str:
+    """Configs with equal signatures can share a pack: everything but the per-member fields must agree."""
+    d = cfg.to_dict()
+    family = MODELS.get(cfg.model.registry_name).build
+    d.pop("seed")
+    d.pop("phases")
+    for f in SPLIT_FIELDS:
+        d["task"].pop(f, None)
+    for f in family.per_member_fields:
+        d["model"].pop(f, None)
+    for group in d["optim"].values():
+        for f in OptimConfig.PER_MEMBER:
+            group.pop(f)
+    d["train"].pop("steps")
+    return repr(sorted(d.items()))
+
+
+def save_checkpoint(trainer, path) -> None:
+    """Any trainer (PackTrainer, RfmTrainer, ...): its state_dict holds tensors, lists and numbers only."""
+    torch.save(trainer.state_dict(), path)
+
+
+def load_checkpoint(trainer, path) -> None:
+    """Restore with weights_only=True: a crafted pickle in a checkpoint cannot run code."""
+    trainer.load_state_dict(torch.load(path, map_location=trainer.device, weights_only=True))

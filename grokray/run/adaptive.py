@@ -19,7 +19,7 @@ from ..plan.expand import expand
 from ..plan.lattice import AdaptivePlan, Index, PointSpec, Trial, parse_adaptive, trial_keys, trial_point
 from ..plan.refine import Refinement, next_points
 from ..spec import Spec
-from ..tracking.client import retry_until
+from ..tracking.client import is_transient, retry_until
 from ..tracking.schema import (
     ADAPTIVE_BUDGET_TAG,
     ADAPTIVE_FULL_GRID_TAG,
@@ -32,8 +32,6 @@ from ..tracking.schema import (
 )
 from .launch import Launch
 from .options import LaunchOptions, LaunchSummary
-
-ROUND_RECORD_WAIT_S = 600.0  # how long a round's record waits for a tracking server that is away
 
 
 @dataclass
@@ -78,7 +76,7 @@ class Rounds:
     def write(self, rec: dict) -> None:
         parent = self.launch.parent
         retry_until(parent.client.log_dict, parent.run_id, rec, f"{ADAPTIVE_ROUNDS_DIR}/round-{rec['round']:02d}.json",
-                    deadline_s=max(ROUND_RECORD_WAIT_S, self.launch.options.delivery_wait_s))
+                    deadline_s=self.launch.options.delivery_wait_s)
 
     def record(self, ref: Refinement) -> int:
         """A new round's record, written before it starts."""
@@ -142,18 +140,24 @@ def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds
         interrupted, ran = False, 0
         while True:
             resumed = bool(todo)
-            if resumed:
-                rnd = len(rounds.log) - 1
-            else:
-                if max_rounds is not None and ran >= max_rounds:
-                    interrupted = True
-                    break
-                ref = next_points(plan, rounds.observed)
-                if not ref.trials:
-                    break
-                rnd, todo = rounds.record(ref), ref.trials
-            tuner = rounds.tuner(rnd, todo, ctx, resumed)
-            launch.parent.set_tag(ADAPTIVE_ROUND_TAG, str(rnd))
+            if not resumed and max_rounds is not None and ran >= max_rounds:
+                interrupted = True
+                break
+            try:  # a round starts once its record is stored: a server away past --delivery-wait stops the sweep
+                if resumed:
+                    rnd = len(rounds.log) - 1
+                else:
+                    ref = next_points(plan, rounds.observed)
+                    if not ref.trials:
+                        break
+                    rnd, todo = rounds.record(ref), ref.trials
+                tuner = rounds.tuner(rnd, todo, ctx, resumed)
+                launch.parent.set_tag(ADAPTIVE_ROUND_TAG, str(rnd))
+            except Exception as exc:  # noqa: BLE001
+                if not is_transient(exc):
+                    raise
+                interrupted = True
+                break
             result = launch.fit(tuner)
             rounds.observe(result.member_phases)
             ran, todo = ran + 1, []

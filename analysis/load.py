@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from grokray.tracking.client import search_all
+
 __all__ = ["DEFAULT_TRACKING_URI", "SERIES", "load_curves", "load_runs", "parent_runs", "runs_to_frame"]
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # grokray's default (grokray/tracking), relative to the cwd
@@ -141,16 +143,6 @@ def runs_to_frame(runs: Iterable) -> pd.DataFrame:
     return df
 
 
-def _search(client, experiment_ids: list[str], filter_string: str = "") -> list:
-    runs, token = [], None
-    while True:
-        page = client.search_runs(experiment_ids, filter_string=filter_string, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
-
-
 def _experiment_id(client, experiment: str) -> str:
     exp = client.get_experiment_by_name(experiment)
     if exp is None and experiment.isdigit():
@@ -178,10 +170,10 @@ def load_runs(experiment: str | None = None, parent_run_id: str | None = None, t
     client = mlflow_client(tracking_uri)
     if parent_run_id is not None:
         exp_id = client.get_run(parent_run_id).info.experiment_id
-        runs = _search(client, [exp_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
+        runs = search_all(client, [exp_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
     else:
         exp_id = _experiment_id(client, experiment)
-        everything = _search(client, [exp_id])
+        everything = search_all(client, [exp_id])
         runs = [r for r in everything if "mlflow.parentRunId" in r.data.tags]
         if latest_parent and runs:
             parents = {r.data.tags["mlflow.parentRunId"] for r in runs}
@@ -197,7 +189,7 @@ def parent_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFram
     """The `grokray run`s of an experiment: run_id, run_name, start_time, status, spec_hash, code_version and a
     phase_count.<phase> column per phase (from the parent's tags), newest first."""
     client = mlflow_client(tracking_uri)
-    everything = _search(client, [_experiment_id(client, experiment)])
+    everything = search_all(client, [_experiment_id(client, experiment)])
     parents = {r.data.tags["mlflow.parentRunId"] for r in everything if "mlflow.parentRunId" in r.data.tags}
     rows = []
     for r in everything:

@@ -200,12 +200,14 @@ def get_or_create_experiment(client: MlflowClient, name: str) -> str:
         return exp.experiment_id
 
 
-def search_all(client: MlflowClient, experiment_id: str, filter_string: str, attempts: int = 6) -> list:
-    """Every run matching the filter, page by page."""
+def search_all(client: MlflowClient, experiment_id: str | list[str], filter_string: str = "", attempts: int = 6
+               ) -> list:
+    """Every run matching the filter in one experiment (or a list of them), page by page."""
+    ids = [experiment_id] if isinstance(experiment_id, str) else list(experiment_id)
     runs, token = [], None
     while True:
-        page = retry(client.search_runs, [experiment_id], filter_string=filter_string, max_results=1000,
-                     page_token=token, attempts=attempts)
+        page = retry(client.search_runs, ids, filter_string=filter_string, max_results=1000, page_token=token,
+                     attempts=attempts)
         runs.extend(page)
         token = page.token
         if not token:

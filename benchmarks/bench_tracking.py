@@ -46,15 +46,15 @@ def writer(args) -> dict:
     url, exp_id, parent, w, members, reports, points, concurrency, start_at = args
     from grokray.spec import load_spec
     from grokray.tracking import delivery
-    from grokray.tracking.pack_runs import PackTracker
+    from grokray.tracking.pack_runs import PackTracker, RunTarget
 
     latencies = []
     real = delivery.deliver
 
-    def timed(client, batch, dedup):
+    def timed(client, batch, dedup, **kw):
         t0 = time.perf_counter()
         try:
-            return real(client, batch, dedup)
+            return real(client, batch, dedup, **kw)
         finally:
             latencies.append(time.perf_counter() - t0)
 
@@ -63,9 +63,8 @@ def writer(args) -> dict:
     config = spec.first_trial().to_dict()
     pack = {"pack_id": f"pack-{w:04d}", "members": [
         {"config": config, "key": f"w{w}-m{i}", "name": f"w{w} m{i}", "point": {}} for i in range(members)]}
-    ctx = {"tracking_uri": url, "experiment_id": exp_id, "parent_run_id": parent, "spec_hash": "bench",
-           "code_version": "bench", "swept": [], "log_axes": [], "tracking_concurrency": concurrency,
-           "spool_dir": tempfile.mkdtemp(prefix="bench-spool-")}
+    ctx = RunTarget(url, exp_id, parent, "bench", "bench", spool_dir=tempfile.mkdtemp(prefix="bench-spool-"),
+                    concurrency=concurrency)
     while time.time() < start_at:
         time.sleep(0.005)
     t0 = time.perf_counter()

@@ -140,7 +140,7 @@ class _FirstStepSlowTrainer:
 
 
 def test_a_slow_first_step_is_not_taken_for_the_step_cost(monkeypatch):
-    import grokray.engine as engine
+    import grokray.engine.cost as engine  # the trainer the calibration builds
 
     monkeypatch.setattr(engine, "make_trainer", lambda configs, device="cpu": _FirstStepSlowTrainer())
     assert step_seconds([None]) < 0.01  # the warm 1 ms steps, not the 0.3 s start-up

@@ -34,6 +34,24 @@ def test_every_family_is_covered():
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+def test_family_and_its_trainer_keep_the_contracts(name, tmp_path):
+    """contracts.Family on the registered class, contracts.Trainer on what the engine builds for it: the only
+    attributes the engine, the sweep layer and the sizing probe read."""
+    from grokray.contracts import Family, Trainer
+    from grokray.engine.trainers import TRAINERS
+
+    family = MODELS.get(name).build
+    assert isinstance(family, Family), name
+    assert family.trainer in TRAINERS and family.example
+    trainer = make_trainer([example(name)])
+    assert isinstance(trainer, Trainer) and isinstance(trainer, TRAINERS[family.trainer])
+    assert trainer.K == 1 and trainer.step == 0 and trainer.stopped_at == [None] and trainer.member_bytes() > 0
+    trainer.run()
+    [state] = trainer.member_states()
+    assert state and all(t.device.type == "cpu" for t in state.values())
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_output_shapes(name):
     cfg = example(name)
     if not isinstance(make_trainer([cfg]), PackTrainer):  # trainer-only families (rfm): the result's shape

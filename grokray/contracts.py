@@ -12,7 +12,6 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 class Family(Protocol):
     """A registered model family (the class `MODELS.register` decorates)."""
 
-    registry_name: ClassVar[str]
     groups: ClassVar[tuple[str, ...]]  # optimizer parameter groups; () for a family without one (rfm)
     per_member_fields: ClassVar[frozenset[str]]  # model fields that may differ between members of one pack
     defaults: ClassVar[dict]  # train:/phases: values that differ from the global ones (rfm counts iterations)

@@ -9,14 +9,23 @@ from .errors import SpecError
 from .run.options import LaunchOptions
 
 
+def _load(args):
+    """The spec with the command's --scale and -s overrides; says which overrides pinned a sweep axis."""
+    from .spec import load_spec
+
+    spec = load_spec(args.spec, args.set, args.scale)
+    for note in spec.notes:
+        print(f"grokray: {note}", file=sys.stderr)
+    return spec
+
+
 def _train(args) -> int:
     import torch
 
     from .engine import run_trial
-    from .spec import load_spec
     from .terminal import curve_table
 
-    spec = load_spec(args.spec, args.set, args.scale)
+    spec = _load(args)
     config = spec.first_trial()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SpecError("--device", "cuda requested but no CUDA device is available; allowed here: cpu")
@@ -82,9 +91,7 @@ def _run_adaptive(spec, args) -> int:
 
 def _run(args) -> int:
     from .plan.expand import check_size, expand, n_configs
-    from .spec import load_spec
-
-    spec = load_spec(args.spec, args.set, args.scale)
+    spec = _load(args)
     if args.adaptive or spec.raw.get("adaptive"):
         return _run_adaptive(spec, args)
     if args.max_configs < 1:
@@ -141,9 +148,7 @@ def _replay(args) -> int:
 
 def _search(args) -> int:
     from .search.config import parse_search
-    from .spec import load_spec
-
-    spec = load_spec(args.spec, args.set, args.scale)
+    spec = _load(args)
     cfg = parse_search(spec)  # the search block and every searched field are validated before anything starts
     if args.n_trials is not None and args.n_trials < 1:
         raise SpecError("--n-trials", f"got {args.n_trials}; must be >= 1")

@@ -188,6 +188,7 @@ class Spec:
     resources: ResourcesConfig
     log_axes: set[str] = field(default_factory=set)
     artifacts: ArtifactsConfig = field(default_factory=ArtifactsConfig)
+    notes: list[str] = field(default_factory=list)  # what the overrides did beyond setting a field (pinned axes)
 
     def points(self) -> list[dict]:
         """Every swept point as {dotted key: value}, seeds last (so seeds of one point are neighbours)."""
@@ -219,9 +220,15 @@ class Spec:
 def parse_value(text: str):
     """A CLI override value: YAML syntax (so `[1, 2]` and `true` work), numbers resolved loosely later."""
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string; a pinned axis value must be a number
+        try:
+            return float(value) if value.strip().lower() not in ("nan", "inf", "-inf", "+inf") else value
+        except ValueError:
+            return value
+    return value
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -272,12 +279,16 @@ def build_spec(
         apply_preset(raw, raw[scale] or {}, scale)
     for where, preset in presets:
         apply_preset(raw, preset, where)
+    notes = []
     for item in overrides:
         if "=" not in item:
             raise SpecError("-s", f"got {item!r}; expected key=value, e.g. optim.decoder.lr=3e-4")
         key, text = item.split("=", 1)
         _check_top(key.strip(), "-s")
-        _set_override(raw, key.strip(), parse_value(text))
+        pinned = _set_override(raw, key.strip(), parse_value(text))
+        if pinned:
+            notes.append(f"-s {key.strip()}={text} pins the sweep axis {key.strip()} to that one value (the spec "
+                         f"swept {pinned})")
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise SpecError("name", f"expected a non-empty string, got {name!r}")
@@ -298,7 +309,7 @@ def build_spec(
     log_axes = {key for key, axis in sweep.items() if "logspace" in axis}
     base = {k: raw[k] for k in TRIAL_KEYS[:-1] if k in raw}
     spec = Spec(name=name, raw=raw, base=base, axes=axes, seeds=seeds, resources=resources, log_axes=log_axes,
-                artifacts=artifacts)
+                artifacts=artifacts, notes=notes)
     parse_trial(base)  # the base itself must be valid
     for key, values in axes.items():  # each axis must name a real field; every value must be valid
         if key.split(".")[0] not in TRIAL_KEYS:
@@ -312,10 +323,24 @@ def build_spec(
     return spec
 
 
-def _set_override(raw: dict, key: str, value) -> None:
-    """Like set_dotted, but `sweep.<dotted axis>[.<kind>]` addresses an axis whose own name contains dots."""
+def _set_override(raw: dict, key: str, value) -> str | None:
+    """Like set_dotted, but `sweep.<dotted axis>[.<kind>]` addresses an axis whose own name contains dots, and a
+    field that is a sweep axis is pinned: the axis becomes that one value (setting the field under it would be
+    overwritten by every sweep point, so the override would silently do nothing). Returns what a pinned axis
+    swept, else None."""
+    sweep = raw.get("sweep")
+    if isinstance(sweep, dict) and key in sweep:
+        before = sweep[key]
+        sweep[key] = {"values": [value]}
+        set_dotted(raw, key, value)  # the base agrees, so fields that depend on it (reflection_k) validate
+        kind, arg = next(iter(before.items())) if isinstance(before, dict) and len(before) == 1 else ("", before)
+        return f"{kind}: {arg}" if kind else f"{before}"
+    if key == "seed" and isinstance(sweep, dict) and "seed" in sweep:
+        sweep["seed"] = {"values": [value]}
+        return "seed"
     if not key.startswith("sweep."):
-        return set_dotted(raw, key, value)
+        set_dotted(raw, key, value)
+        return None
     rest = key[len("sweep."):]
     sweep = raw.get("sweep")
     if sweep is None:

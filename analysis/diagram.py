@@ -81,10 +81,11 @@ def _sorted_unique(s: pd.Series) -> list:
 class PhaseGrid(NamedTuple):
     """One row of `cells` per (facet..., y, x) present in the runs.
 
-    cells columns: the facet axes, y, x, `phase` (majority; ties go to the earlier phase in `phases`),
-    `agreement` (majority count / n), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase,
-    `n_generalized` (runs with a val crossing), `median_steps` and `log10_steps` (of `steps_col` over the runs
-    that have one; NaN when none).
+    cells columns: the facet axes, y, x, `phase` (majority; a tie goes to the earlier phase in `phases`, and says
+    so in `tie`), `tie` (the top count is shared: "comprehension|memorization", else ""), `agreement` (majority
+    count / n), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase, `n_undecodable` (runs whose
+    split's ideal val accuracy is below the phase threshold: no model could reach it), `n_generalized` (runs with a
+    val crossing), `median_steps` and `log10_steps` (of `steps_col` over the runs that have one; NaN when none).
     """
 
     cells: pd.DataFrame
@@ -131,6 +132,7 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
     phases = phase_order(df)
     st = pd.to_numeric(runs[steps], errors="coerce") if steps in runs else pd.Series(np.nan, index=runs.index)
     runs["_steps"] = st.where(np.isfinite(st))
+    runs["_undecodable"] = undecodable(runs)
     counts = pd.crosstab([runs[k] for k in keys], runs["phase"], dropna=False) if len(runs) else None
     rows = []
     if counts is not None:
@@ -139,17 +141,20 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
         steps_by = runs.groupby(keys, dropna=False)["_steps"]
         med = steps_by.median()
         ngen = steps_by.count()
+        n_undecodable = runs.groupby(keys, dropna=False)["_undecodable"].sum()
         for idx, c in counts.iterrows():
             idx = idx if isinstance(idx, tuple) else (idx,)
             n = int(c.sum())
             m = med.get(idx, np.nan)
             row = dict(zip(keys, idx, strict=True))
-            row.update(phase=c.idxmax(), agreement=float(c.max()) / n, n=n,
+            top = [p for p in phases if c[p] == c.max()]
+            row.update(phase=c.idxmax(), tie="|".join(top) if len(top) > 1 else "", agreement=float(c.max()) / n,
+                       n=n, n_undecodable=int(n_undecodable.get(idx, 0)),
                        n_generalized=int(ngen.get(idx, 0)), median_steps=float(m),
                        log10_steps=float(np.log10(max(m, 1.0))) if pd.notna(m) else np.nan)
             row.update({f"count_{p}": int(c[p]) for p in phases})
             rows.append(row)
-    cols = [*keys, "phase", "agreement", "n", "n_generalized", "median_steps", "log10_steps",
+    cols = [*keys, "phase", "tie", "agreement", "n", "n_undecodable", "n_generalized", "median_steps", "log10_steps",
             *(f"count_{p}" for p in phases)]
     cells = pd.DataFrame(rows, columns=cols)
     cells = cells.sort_values(keys, kind="stable", key=_sort_key).reset_index(drop=True)
@@ -158,6 +163,16 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
                     if facets else [()])
     return PhaseGrid(cells, x, y, facets, is_log[x], is_log[y], _sorted_unique(cells[x]),
                      _sorted_unique(cells[y]), facet_values, phases, steps)
+
+
+def undecodable(runs: pd.DataFrame, threshold: float = 0.9) -> pd.Series:
+    """Runs whose split cannot reach the phase threshold on validation (their `ideal_val_acc`, Liu's ideal
+    accuracy, logged for addition tasks, is below it): memorization there says nothing about the model."""
+    if "ideal_val_acc" not in runs:
+        return pd.Series(False, index=runs.index)
+    thr = pd.to_numeric(runs["phases.threshold"], errors="coerce").fillna(threshold) \
+        if "phases.threshold" in runs else threshold
+    return pd.to_numeric(runs["ideal_val_acc"], errors="coerce") < thr
 
 
 def _sort_key(s: pd.Series) -> pd.Series:

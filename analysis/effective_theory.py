@@ -18,34 +18,15 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["addition_pairs", "p_unique", "p_unique_curve", "parallelogram_matrix", "unique_linear", "val_ceiling"]
+from grokray.tasks.parallelograms import ideal_accuracy, parallelogram_matrix
+
+__all__ = ["addition_pairs", "ideal_accuracy", "p_unique", "p_unique_curve", "parallelogram_matrix", "unique_linear",
+           "val_ceiling"]
 
 
 def addition_pairs(p: int) -> list[tuple[int, int]]:
     """The full toy-addition dataset: the p(p+1)/2 unordered pairs (i, j), i <= j."""
     return [(i, j) for i in range(p) for j in range(i, p)]
-
-
-def parallelogram_matrix(pairs: Iterable[tuple[int, int]], p: int, modulus: int | None = None) -> np.ndarray:
-    """Rows e_i + e_j - e_m - e_n for training samples with equal sums (mod `modulus` when given).
-
-    Only consecutive samples of each equal-sum group get a row: the differences of all other couples in the group
-    are sums of these, so the row space (hence the rank) equals that of the full set of parallelogram equations.
-    """
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for i, j in pairs:
-        s = i + j if modulus is None else (i + j) % modulus
-        groups.setdefault(s, []).append((int(i), int(j)))
-    rows = []
-    for group in groups.values():
-        for (i, j), (m, n) in zip(group, group[1:], strict=False):
-            row = np.zeros(p)
-            row[i] += 1
-            row[j] += 1
-            row[m] -= 1
-            row[n] -= 1
-            rows.append(row)
-    return np.array(rows).reshape(len(rows), p)
 
 
 def unique_linear(pairs: Iterable[tuple[int, int]], p: int) -> bool:

@@ -138,7 +138,9 @@ def _facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
     return cells
 
 
-def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3) -> None:
+def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3,
+               hatched: Sequence[bool] | None = None) -> None:
+    """One rectangle per cell; `hatched` cells (a tie between seeds) get a hatch over their colour."""
     ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
     rects = []
     for xv, yv in zip(cells[grid.x], cells[grid.y], strict=True):
@@ -147,6 +149,10 @@ def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolor
         rects.append(Rectangle((x0, y0), x1 - x0, y1 - y0))
     ax.add_collection(PatchCollection(rects, facecolors=colors, edgecolors=edgecolors or "white",
                                       linewidths=linewidths))
+    marked = [r for r, h in zip(rects, hatched if hatched is not None else [], strict=False) if h]
+    if marked:
+        ax.add_collection(PatchCollection([Rectangle(r.get_xy(), r.get_width(), r.get_height()) for r in marked],
+                                          facecolors="none", edgecolors="black", linewidths=0, hatch="///"))
     ax_x.style(ax, "x", grid.x)
     ax_y.style(ax, "y", grid.y)
 
@@ -173,7 +179,8 @@ def _phase_panel(ax, grid: PhaseGrid, fv: tuple, annotate: bool | None) -> None:
     cells = _facet_cells(grid, fv)
     colors = [to_rgba(phase_color(p), 0.25 + 0.75 * a) for p, a in zip(cells["phase"], cells["agreement"],
                                                                            strict=True)]
-    draw_cells(ax, grid, cells, colors)
+    ties = cells["tie"].astype(bool).tolist() if "tie" in cells else None
+    draw_cells(ax, grid, cells, colors, hatched=ties)
     show = annotate if annotate is not None else len(cells) <= MAX_ANNOTATED
     if show:
         ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
@@ -197,7 +204,7 @@ def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None,
             ax.set_title(_facet_title(grid, fv), fontsize=9)
     for ax in list(axes.flat)[len(grid.facet_values):]:
         ax.set_visible(False)
-    phase_legend(fig, grid.phases, "faded, k/n: seeds disagree")
+    phase_legend(fig, grid.phases, "faded, k/n: seeds disagree;\nhatched: a tie between phases")
     fig.suptitle(title or f"phase diagram: {grid.y} vs {grid.x}")
     return finish_figure(fig, path)
 

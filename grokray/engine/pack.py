@@ -22,7 +22,7 @@ from ..phases import gap as phase_gap
 from .memory import keep_freed_memory
 from .result import METRICS, MemberResult, pack_signature
 from .schedule import auto_eval_every, record_steps
-from .splits import member_splits
+from .splits import ideal_val_accuracies, member_splits
 from .states import pack_member_states
 
 # Trainer attributes with one row per pack member (dimension 0), selected together when the pack compacts.
@@ -67,6 +67,7 @@ class PackTrainer:
         for name, tensor in vars(member_splits(configs, self.data, self.dtype, self.device)).items():
             setattr(self, name, tensor)  # each member's split as [K, ...] rows (see PER_MEMBER_TENSORS)
         width = self.train_idx.shape[1]
+        self.ideal_val_acc = ideal_val_accuracies(configs, self.data)  # per original member, known before training
 
         train = first.train
         self.full_batch = train.batch_size == "full"
@@ -355,7 +356,8 @@ class PackTrainer:
                 for m, v in zip(self.metric_names, row[k], strict=True):
                     curve[m].append(v)
             final = {m: v for m, v in zip(self.metric_names, last[k], strict=True) if not math.isnan(v)}
-            out.append(MemberResult(phase, st, sv, phase_gap(st, sv), stop, final, curve))
+            out.append(MemberResult(phase, st, sv, phase_gap(st, sv), stop, final, curve,
+                                    self.ideal_val_acc[self.members[k]]))
         return out
 
     # -- checkpoints: tensors, lists and numbers only, so they load with weights_only=True --------------------

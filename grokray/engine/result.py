@@ -23,6 +23,7 @@ class MemberResult:
     steps_run: int
     final: dict[str, float]
     curve: dict[str, list] = field(default_factory=dict)  # "step" plus one list per metric
+    ideal_val_acc: float | None = None  # the best val accuracy the split allows (Liu's ideal accuracy), if known
 
     def summary(self, threshold: float = 0.9) -> dict[str, float]:
         """Summary metrics with the names STYLE.md fixes: step_train_acc_0.9, step_val_acc_0.9, grokking_gap."""
@@ -33,6 +34,8 @@ class MemberResult:
         if self.gap is not None:
             out["grokking_gap"] = self.gap
         out["steps_run"] = self.steps_run
+        if self.ideal_val_acc is not None:
+            out["ideal_val_acc"] = self.ideal_val_acc
         return out
 
 

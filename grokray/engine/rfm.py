@@ -18,6 +18,7 @@ from ..models.rfm import RfmConfig, agop, circulant_distance, kernel_matrix, mat
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
 from ..tasks.algorithmic import is_prime
+from ..tasks.parallelograms import split_ideal_accuracy
 from .result import METRICS, MemberResult
 
 
@@ -129,7 +130,8 @@ class RfmTrainer:
         phase = classify(st, sv, self.diverged, ph)
         steps_run = self.stopped if self.stopped is not None else self.step
         curve = {k: list(v) for k, v in self.curve.items()}
-        return [MemberResult(phase, st, sv, phase_gap(st, sv), steps_run, dict(self.last), curve)]
+        ideal = split_ideal_accuracy(self.data, self.train_idx.cpu(), self.val_idx.cpu())
+        return [MemberResult(phase, st, sv, phase_gap(st, sv), steps_run, dict(self.last), curve, ideal)]
 
     def member_states(self) -> list[dict]:
         """The learned state is the feature matrix M."""

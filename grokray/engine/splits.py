@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import SpecError
+from ..tasks.parallelograms import split_ideal_accuracy
 
 
 @dataclass
@@ -21,6 +22,11 @@ class MemberSplits:
     val_valid: torch.Tensor  # [K, val_width]
     n_val: torch.Tensor  # [K] held-out points (at least 1, a divisor)
     has_val: torch.Tensor  # [K] bool
+
+
+def ideal_val_accuracies(configs: list, data) -> list[float | None]:
+    """Each member's ideal val accuracy (tasks.parallelograms): a property of its split, known before training."""
+    return [split_ideal_accuracy(data, *c.task.split(data, c.seed)) for c in configs]
 
 
 def member_splits(configs: list, data, dtype, device) -> MemberSplits:

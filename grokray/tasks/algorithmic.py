@@ -163,7 +163,8 @@ class AdditionTask(SplitTask):
     def data(self) -> TaskData:
         pairs = [(i, j) for i in range(self.p) for j in range(i, self.p)]
         x = torch.tensor(pairs, dtype=torch.long)
-        return TaskData(x=x, y=x.sum(1), num_classes=2 * self.p - 1, vocab_size=self.p, meta={"p": self.p})
+        return TaskData(x=x, y=x.sum(1), num_classes=2 * self.p - 1, vocab_size=self.p,
+                        meta={"p": self.p, "parallelograms": True})
 
 
 @TASKS.register("permutation")

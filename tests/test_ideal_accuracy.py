@@ -1,0 +1,57 @@
+"""Liu's ideal accuracy (Appendix E) of a split, hand-checked; a split that withholds whole sums is flagged
+undecodable; ties between seeds are marked, never silently given to one phase (issue 26, first part)."""
+
+import pandas as pd
+import pytest
+
+from analysis.diagram import phase_grid, undecodable
+from analysis.effective_theory import ideal_accuracy
+from grokray.engine import make_trainer
+from grokray.spec import build_spec
+
+
+def test_ideal_accuracy_by_hand():
+    # p = 4. Training: sum 2 from (0,2),(1,1): e0 + e2 = 2 e1; sum 3 from (1,2),(0,3): e1 + e2 = e0 + e3; sum 4:
+    # (1,3). Held out (2,2) has sum 4: 2 e2 - e1 - e3 = (e0 + e2 - 2 e1) + (e1 + e2 - e0 - e3), implied by the two
+    # training parallelograms, so (2,2) is predicted from (1,3). (0,1) has sum 1, which no training pair has.
+    train = [(0, 2), (1, 1), (1, 2), (0, 3), (1, 3)]
+    assert ideal_accuracy(train, [(2, 2), (0, 1)], 4) == 0.5
+    assert ideal_accuracy(train, [(2, 2)], 4) == 1.0
+    # without (1,2) the sum-3 parallelogram is gone and (2,2) is no longer implied
+    assert ideal_accuracy([(0, 2), (1, 1), (0, 3), (1, 3)], [(2, 2), (0, 1)], 4) == 0.0
+    assert ideal_accuracy(train, [], 4) == 1.0
+
+
+def test_a_split_that_withholds_whole_sums_is_undecodable():
+    # Liu's toy (p = 10, 55 pairs): hold out the only pairs of sums 0 and 18, (0,0) and (9,9), with 8 others
+    raw = {"task": {"name": "addition", "p": 10, "train_size": 45}, "model": {"name": "toy", "hidden": [8]},
+           "train": {"steps": 2}, "phases": {"budget": 2}}
+    cfg = build_spec(raw).first_trial()
+    data = cfg.task.data()
+    pairs = [tuple(r) for r in data.x.tolist()]
+    val = [(0, 0), (9, 9), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (0, 9)]
+    train = [q for q in pairs if q not in val]
+    assert ideal_accuracy(train, val, 10) == pytest.approx(0.8)  # everything else is implied: 8 of 10
+    # the engine reports every member's ideal accuracy; seed 0's split of Liu's 45/10 cannot reach 0.9
+    configs = [build_spec(raw, [f"seeds=[{s}]"]).first_trial() for s in (0, 1)]
+    trainer = make_trainer(configs)
+    trainer.run()
+    ideal = [r.ideal_val_acc for r in trainer.results()]
+    assert ideal[0] < 0.9 <= ideal[1] and trainer.results()[0].summary()["ideal_val_acc"] == ideal[0]
+    runs = pd.DataFrame({"ideal_val_acc": ideal, "phases.threshold": [0.9, 0.9]})
+    assert undecodable(runs).tolist() == [True, False]
+
+
+def test_ties_are_marked_and_undecodable_runs_counted():
+    runs = pd.DataFrame({
+        "x": [1, 1, 1, 1, 2, 2, 2],
+        "y": [0, 0, 0, 0, 0, 0, 0],
+        "seed": [0, 1, 2, 3, 0, 1, 2],
+        "phase": ["comprehension", "memorization", "memorization", "comprehension",
+                  "grokking", "grokking", "confusion"],
+        "ideal_val_acc": [0.8, 1.0, 1.0, 1.0, 0.8, 1.0, 1.0],
+    })
+    cells = phase_grid(runs, "x", "y", facet=[]).cells.set_index("x")
+    assert cells.loc[1, "tie"] == "comprehension|memorization" and cells.loc[1, "agreement"] == 0.5
+    assert cells.loc[2, "tie"] == "" and cells.loc[2, "phase"] == "grokking"
+    assert cells["n_undecodable"].tolist() == [1, 1]

@@ -140,7 +140,6 @@ def _facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
 
 def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3,
                hatched: Sequence[bool] | None = None) -> None:
-    """One rectangle per cell; `hatched` cells (a tie between seeds) get a hatch over their colour."""
     ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
     rects = []
     for xv, yv in zip(cells[grid.x], cells[grid.y], strict=True):
@@ -149,10 +148,9 @@ def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolor
         rects.append(Rectangle((x0, y0), x1 - x0, y1 - y0))
     ax.add_collection(PatchCollection(rects, facecolors=colors, edgecolors=edgecolors or "white",
                                       linewidths=linewidths))
-    marked = [r for r, h in zip(rects, hatched if hatched is not None else [], strict=False) if h]
-    if marked:
-        ax.add_collection(PatchCollection([Rectangle(r.get_xy(), r.get_width(), r.get_height()) for r in marked],
-                                          facecolors="none", edgecolors="black", linewidths=0, hatch="///"))
+    if hatched is not None and any(hatched):  # a tie between phases: hatched over its colour
+        ax.add_collection(PatchCollection([r for r, h in zip(rects, hatched, strict=True) if h], facecolors="none",
+                                          edgecolors="black", linewidths=0, hatch="///"))
     ax_x.style(ax, "x", grid.x)
     ax_y.style(ax, "y", grid.y)
 
@@ -179,8 +177,7 @@ def _phase_panel(ax, grid: PhaseGrid, fv: tuple, annotate: bool | None) -> None:
     cells = _facet_cells(grid, fv)
     colors = [to_rgba(phase_color(p), 0.25 + 0.75 * a) for p, a in zip(cells["phase"], cells["agreement"],
                                                                            strict=True)]
-    ties = cells["tie"].astype(bool).tolist() if "tie" in cells else None
-    draw_cells(ax, grid, cells, colors, hatched=ties)
+    draw_cells(ax, grid, cells, colors, hatched=cells["tie"].astype(bool).tolist() if "tie" in cells else None)
     show = annotate if annotate is not None else len(cells) <= MAX_ANNOTATED
     if show:
         ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)

@@ -36,7 +36,7 @@ def _nan_row() -> dict:
 
 
 def state_metrics(state: dict, model: str | None, task: str | None = None, p: int | None = None,
-                  op: str | None = None, delta: float = 0.05) -> dict:
+                  op: str | None = None, delta: float = 0.01) -> dict:
     """Metrics of one final state. NaN where a metric does not apply.
 
     Embeddings (toy `embed`, transformer `tok`; the first p rows are the residues 0..p-1):
@@ -110,7 +110,7 @@ def _int_or_none(v) -> int | None:
         return None
 
 
-def representation_metrics(runs: pd.DataFrame, tracking_uri: str | None = None, delta: float = 0.05,
+def representation_metrics(runs: pd.DataFrame, tracking_uri: str | None = None, delta: float = 0.01,
                            states: dict | None = None) -> pd.DataFrame:
     """One row per run of `runs` (a frame from analysis.load_runs) that has a saved final state: run_id, phase,
     the swept axes, and METRIC_COLUMNS (see state_metrics). Empty (same columns) when no run saved one.

@@ -41,13 +41,14 @@ def embedding_scale(emb: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.sum((emb - emb.mean(axis=0)) ** 2, axis=1))))
 
 
-def rqi(emb: np.ndarray, delta: float = 0.05, pairs=None, modulus: int | None = None) -> float:
-    """Representation quality index |P(R)| / |P_0| (Liu et al. Eq. 3).
+def rqi(emb: np.ndarray, delta: float = 0.01, pairs=None, modulus: int | None = None) -> float:
+    """Representation quality index |P(R)| / |P_0| (Liu et al. Eq. 3), with the paper's tolerance.
 
     emb: (p, d) embeddings e_0..e_{p-1} (a 1-D array is read as d = 1).
-    delta: tolerance of Definition 1, relative to the embedding scale: (i, j, m, n) is present when
-        |(e_i + e_j) - (e_m + e_n)| <= delta * embedding_scale(emb). The paper leaves delta as "a small threshold
-        to tolerate numerical errors"; making it relative removes the arbitrary overall scale of the embedding.
+    delta: Definition 1's tolerance as Liu et al.'s toy code applies it: each dimension is standardized over the
+        symbols (zero mean, unit std), and (i, j, m, n) is present when the mean over dimensions of
+        ((e_i + e_j) - (e_m + e_n))^2 is below delta (0.01). grokray.models.diagnostics.representation_quality
+        is the same measure on a pack's stacked embeddings, logged as the `rqi` curve during training.
     pairs: the dataset whose permissible parallelograms are counted (default the full dataset, P_0 = P_0(D_0)).
     modulus: for modular addition (i + j = m + n mod p).
     A perfectly linear embedding e_i = a + i*b has RQI 1; random embeddings have RQI near 0.
@@ -56,12 +57,12 @@ def rqi(emb: np.ndarray, delta: float = 0.05, pairs=None, modulus: int | None = 
     quads = parallelograms(emb.shape[0], pairs, modulus)
     if len(quads) == 0:
         return float("nan")
-    scale = embedding_scale(emb)
-    if scale == 0.0:
+    std = emb.std(axis=0, ddof=1) if emb.shape[0] > 1 else np.zeros(emb.shape[1])
+    if not np.any(std > 0):
         return 0.0  # collapsed embedding: no structure, not a "perfect" one
-    diff = emb[quads[:, 0]] + emb[quads[:, 1]] - emb[quads[:, 2]] - emb[quads[:, 3]]
-    present = np.linalg.norm(diff, axis=1) <= delta * scale
-    return float(present.mean())
+    e = (emb - emb.mean(axis=0)) / np.where(std > 0, std, np.inf)
+    gap = e[quads[:, 0]] + e[quads[:, 1]] - e[quads[:, 2]] - e[quads[:, 3]]
+    return float((np.mean(gap**2, axis=1) < delta).mean())
 
 
 # -- PCA -----------------------------------------------------------------------------------------------------

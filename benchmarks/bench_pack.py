@@ -5,11 +5,12 @@ model-steps/s, the gain over the unpacked engine (K = 1), achieved matmul GFLOP/
 sgemm peak measured at the start of the same run. A plain PyTorch loop (nn.Module + torch.optim.AdamW, what a
 user would write) is measured too, as the outside reference. Warm-up steps are excluded. One thread.
 
-    .venv/bin/python benchmarks/bench_pack.py [--quick] [--compile] [--unfused] [--models toy32,toy200,...]
+    .venv/bin/python benchmarks/bench_pack.py [--quick] [--compile] [--unfused] [--rqi] [--models toy32,...]
 
 "eager" is the default engine (on a CPU, torch's fused Adam/AdamW kernel once per member row); --unfused adds
 the same pack with the optimizer written as ~11 elementwise passes over [K, P] (what the engine did before),
---compile the same with train.compile=true.
+--compile the same with train.compile=true. --rqi adds the toy without its RQI curve (Liu's representation
+quality index, measured at the record steps), to show what that curve costs.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
 
 
 def pack_rate(raw, overrides, k: int, seconds: float, variant: str) -> tuple[float, PackTrainer]:
+    if variant == "no-rqi":  # the toy without embeddings to measure: no rqi curve, everything else the same
+        from grokray.models.toy import ToyModel
+
+        original, ToyModel.embeddings = ToyModel.embeddings, lambda self: None
+        try:
+            return pack_rate(raw, overrides, k, seconds, "eager")
+        finally:
+            ToyModel.embeddings = original
     over = [*overrides, "train.steps=1000000", "phases.budget=1000000"]
     over += ["train.compile=true"] if variant == "compiled" else []
     cfg = build_spec(raw, over).first_trial()
@@ -140,6 +149,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="0.5 s per point instead of 3 s")
     parser.add_argument("--compile", action="store_true", help="also measure train.compile=true (fused optimizer)")
     parser.add_argument("--unfused", action="store_true", help="also measure the unfused (11-pass) optimizer")
+    parser.add_argument("--rqi", action="store_true", help="also measure the toy without its RQI curve")
     parser.add_argument("--models", default=",".join(MODELS_TO_BENCH))
     parser.add_argument("--ks", default="1,8,32,128")
     args = parser.parse_args()
@@ -159,6 +169,7 @@ def main():
         if plain:
             print(f"| {name} | plain torch loop (reference) | 1 | {plain:,.0f} | | | |")
         variants = ["eager"] + ["unfused"] * args.unfused + ["compiled"] * args.compile
+        variants += ["no-rqi"] * (args.rqi and raw["model"]["name"] == "toy")
         base = {}
         for k in (int(v) for v in args.ks.split(",")):
             for variant in variants:  # side by side at each K, so a load change hits every variant alike

@@ -55,3 +55,34 @@ def test_ties_are_marked_and_undecodable_runs_counted():
     assert cells.loc[1, "tie"] == "comprehension|memorization" and cells.loc[1, "agreement"] == 0.5
     assert cells.loc[2, "tie"] == "" and cells.loc[2, "phase"] == "grokking"
     assert cells["n_undecodable"].tolist() == [1, 1]
+
+
+def test_rqi_on_a_hand_built_embedding_with_a_known_number_of_parallelograms():
+    import numpy as np
+    import torch
+
+    from analysis.representations import rqi
+    from grokray.models.diagnostics import addition_parallelograms, representation_quality
+
+    # p = 4: the couples of distinct pairs with equal sums are {(0,2),(1,1)}, {(0,3),(1,2)}, {(1,3),(2,2)}
+    quads = addition_parallelograms(4)
+    assert sorted(map(tuple, quads.tolist())) == [(0, 2, 1, 1), (0, 3, 1, 2), (1, 3, 2, 2)]
+    # e = (0, 1, 2, 10): 0 + 2 = 1 + 1 holds exactly; 0 + 10 vs 1 + 2 and 1 + 10 vs 2 + 2 miss by 7 (3.9 and 3.9
+    # standard deviations of e, far beyond the tolerance 0.01 on their squares). One of three: RQI = 1/3.
+    e = np.array([0.0, 1.0, 2.0, 10.0])
+    assert rqi(e) == pytest.approx(1 / 3)
+    assert representation_quality(torch.tensor(e).view(1, 4, 1), quads).item() == pytest.approx(1 / 3)
+
+
+def test_the_toy_logs_rqi_and_the_step_it_passes_095_before_validation_crosses():
+    # Liu's order on a split that generalizes (seed 1, decoder lr 1e-3): the representation forms first
+    raw = {"task": {"name": "addition", "p": 10, "train_size": 45},
+           "model": {"name": "toy", "embed_dim": 1, "hidden": [200, 200], "activation": "tanh", "head": "regression"},
+           "optim": {"embedding": {"name": "adam", "lr": 1e-3}, "decoder": {"name": "adamw", "lr": 1e-3}},
+           "train": {"steps": 3000}, "phases": {"budget": 3000, "gap": 1000}, "seeds": [1]}
+    trainer = make_trainer([build_spec(raw).first_trial()])
+    trainer.run()
+    [result] = trainer.results()
+    summary = result.summary()
+    assert result.curve["rqi"][0] < 0.2 and max(result.curve["rqi"]) == 1.0
+    assert result.step_val is not None and summary["step_rqi_0.95"] <= result.step_val

@@ -9,6 +9,7 @@ import torch
 
 from ..config import OptimConfig
 from ..models import MODELS
+from ..models.diagnostics import RQI_THRESHOLD
 
 METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
 SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")
@@ -36,6 +37,10 @@ class MemberResult:
         out["steps_run"] = self.steps_run
         if self.ideal_val_acc is not None:
             out["ideal_val_acc"] = self.ideal_val_acc
+        formed = [s for s, v in zip(self.curve.get("step", []), self.curve.get("rqi", []), strict=False)
+                  if v is not None and v > RQI_THRESHOLD]
+        if formed:  # Liu's "steps to RQI > 0.95": the first recorded step where the representation had formed
+            out[f"step_rqi_{RQI_THRESHOLD:g}"] = formed[0]
         return out
 
 

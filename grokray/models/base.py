@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .diagnostics import fourier_concentration, operand_columns
+from .diagnostics import addition_parallelograms, fourier_concentration, operand_columns, representation_quality
 from .layers import encode_inputs, linear, mlp, pad_stack, table_linear, table_ranges
 
 
@@ -67,6 +67,7 @@ class PackedModel(torch.nn.Module):
         self.head = self.make_head(configs, data, gens, dtype, device)
         self._table = table_ranges(data.x)  # the task's points as a full symbol table, or None
         self._table_check = (None, False)  # (input tensor, is it every member's copy of that table)
+        self._quads = None  # Liu's addition parallelograms, built at the first diagnostics
 
     def _build_leaves(self):
         """Named leaf parameters as views of the flat buffers, their grads as views of the flat grads."""
@@ -164,8 +165,20 @@ class PackedModel(torch.nn.Module):
         change between calls: the trainer reads them once. On modular tasks: the Fourier concentration of the
         weights that see the input symbols."""
         meta = self.data_meta.meta
+        out = {}
         w = self.symbol_weights() if "op" in meta else None
-        return {} if w is None else {"fourier_concentration": fourier_concentration(w, meta["p"])}
+        if w is not None:
+            out["fourier_concentration"] = fourier_concentration(w, meta["p"])
+        emb = self.embeddings() if meta.get("parallelograms") else None
+        if emb is not None:  # Liu's addition: the representation quality index of the symbol embeddings
+            if self._quads is None:
+                self._quads = addition_parallelograms(meta["p"]).to(emb.device)
+            out["rqi"] = representation_quality(emb[:, : meta["p"]], self._quads)
+        return out
+
+    def embeddings(self) -> torch.Tensor | None:
+        """[K, V, d] learned symbol embeddings for families that have them (Liu's RQI is measured on them)."""
+        return None
 
     def symbol_weights(self) -> torch.Tensor | None:
         """[K, ≥ p, c] weights indexed by input symbol (rows past p, e.g. a transformer's '=' token, are ignored);

@@ -36,3 +36,27 @@ def teacher_alignment(w: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     """Mean |cos| between the first-layer weight vectors w [K, d, N] and the teacher direction [d], [K]."""
     cos = (teacher.to(w.dtype) @ w).abs() / w.norm(dim=1).clamp(min=1e-12)
     return cos.mean(dim=1)
+
+
+# Liu et al.'s RQI tolerance, as their toy code applies it: embeddings standardized per dimension (zero mean,
+# unit std over the symbols), and a parallelogram is present when the mean over dimensions of the squared gap
+# (e_i + e_j) - (e_m + e_n) is below it. RQI passing 0.95 is the representation having formed.
+RQI_TOLERANCE = 0.01
+RQI_THRESHOLD = 0.95
+
+
+def addition_parallelograms(p: int) -> torch.Tensor:
+    """Every couple of distinct unordered pairs (i, j), (m, n) of 0..p-1 with i + j = m + n, as [Q, 4] long rows
+    (i, j, m, n): the parallelograms of the whole addition table, RQI's denominator."""
+    pairs = [(i, j) for i in range(p) for j in range(i, p)]
+    quads = [(*a, *b) for k, a in enumerate(pairs) for b in pairs[k + 1:] if sum(a) == sum(b)]
+    return torch.tensor(quads, dtype=torch.long).reshape(len(quads), 4)
+
+
+def representation_quality(emb: torch.Tensor, quads: torch.Tensor, tol: float = RQI_TOLERANCE) -> torch.Tensor:
+    """Liu et al.'s representation quality index per member: the share of `quads` [Q, 4] present in the
+    embeddings `emb` [K, p, d] within `tol` (see RQI_TOLERANCE), [K]. 1 for e_i = a + i*b; about 0 at random."""
+    e = emb.double()
+    e = (e - e.mean(dim=1, keepdim=True)) / e.std(dim=1, keepdim=True).clamp(min=torch.finfo(e.dtype).tiny)
+    gap = e[:, quads[:, 0]] + e[:, quads[:, 1]] - e[:, quads[:, 2]] - e[:, quads[:, 3]]  # [K, Q, d]
+    return (gap.pow(2).mean(dim=2) < tol).double().mean(dim=1)

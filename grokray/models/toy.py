@@ -77,6 +77,9 @@ class ToyModel(PackedModel):
     def symbol_weights(self):
         return self.p("embed")
 
+    def embeddings(self):
+        return self.p("embed")
+
     def forward(self, x, rng=None):
         emb = self.p("embed")  # [K, V, d]
         k = torch.arange(emb.shape[0], device=emb.device).view(-1, 1)

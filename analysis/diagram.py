@@ -262,7 +262,8 @@ class FractionCurve(NamedTuple):
     level: float
 
 
-def _critical(fr: np.ndarray, rate: np.ndarray, level: float) -> float:
+def crossing(fr: np.ndarray, rate: np.ndarray, level: float) -> float:
+    """Where `rate` first reaches `level` along `fr` (linear interpolation); NaN when it never does."""
     for k in range(len(fr)):
         if rate[k] >= level:
             if k == 0:
@@ -274,11 +275,14 @@ def _critical(fr: np.ndarray, rate: np.ndarray, level: float) -> float:
 
 def generalization_vs_fraction(df: pd.DataFrame, fraction: str = "task.train_fraction", *, steps: str = "step_val",
                                generalized: Sequence[str] = GENERALIZED, level: float = 0.5,
-                               by: str | None = None) -> FractionCurve:
+                               by: str | None = None, reached: str | None = None) -> FractionCurve:
     """Generalization rate and time-to-generalize against training-data fraction (Liu et al. Fig. 4b, 5b; Power
-    et al.). The critical fraction is where the rate of generalizing runs crosses `level`."""
+    et al.). The critical fraction is where the rate of generalizing runs crosses `level`. reached: count a run
+    when this column holds a step instead (Liu's representation measure: reached="step_rqi_0.95", steps the same
+    column gives P(RQI > 0.95) and the steps to it, Fig. 4)."""
     runs = df[df["phase"].notna()].copy()
-    runs["_gen"] = runs["phase"].isin(list(generalized))
+    runs["_gen"] = pd.to_numeric(runs[reached], errors="coerce").notna() if reached else \
+        runs["phase"].isin(list(generalized))
     runs["_steps"] = pd.to_numeric(runs[steps], errors="coerce").where(runs["_gen"]) if steps in runs else np.nan
     runs[fraction] = pd.to_numeric(runs[fraction])
     groups = [by, fraction] if by else [fraction]
@@ -289,7 +293,7 @@ def generalization_vs_fraction(df: pd.DataFrame, fraction: str = "task.train_fra
         "q75_steps": g["_steps"].quantile(0.75),
     }).reset_index()
     if by:
-        crit = {k: _critical(t[fraction].to_numpy(), t["rate"].to_numpy(), level) for k, t in table.groupby(by)}
+        crit = {k: crossing(t[fraction].to_numpy(), t["rate"].to_numpy(), level) for k, t in table.groupby(by)}
     else:
-        crit = _critical(table[fraction].to_numpy(), table["rate"].to_numpy(), level)
+        crit = crossing(table[fraction].to_numpy(), table["rate"].to_numpy(), level)
     return FractionCurve(table, fraction, crit, level)

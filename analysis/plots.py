@@ -280,7 +280,7 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
     groups = list(t.groupby(group_col[0])) if group_col else [(None, t)]
     crit = curve.critical_fraction if isinstance(curve.critical_fraction, dict) else {None: curve.critical_fraction}
     for g, sub in groups:
-        label = "measured" if g is None else f"{group_col[0]}={_fmt(g)}"
+        label = "measured" if g is None else g if group_col[0] == "measure" else f"{group_col[0]}={_fmt(g)}"
         line = top.plot(sub[f], sub["rate"], "o-", label=label)[0]
         ok = sub["median_steps"].notna()
         lo = (sub["median_steps"] - sub["q25_steps"])[ok]
@@ -299,12 +299,12 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
             top.plot(theory["fraction"], theory["p_unique_decodable"], "k--", lw=1.2,
                      label="P(unique and every held-out sum trained on)")
     top.axhline(curve.level, color="grey", lw=0.6, ls=":")
-    top.set_ylabel("generalizing runs")
+    top.set_ylabel("share of runs")
     top.set_ylim(-0.03, 1.03)
     top.legend(fontsize=8)
     if (t["median_steps"] > 0).any():  # nothing generalized (a short smoke run): no steps to put on a log axis
         bottom.set_yscale("log")
-    bottom.set_ylabel("steps to generalize (median)")
+    bottom.set_ylabel("steps to it (median)")
     bottom.set_xlabel(f)
     fig.suptitle(title or "grokking time against data fraction")
     return finish_figure(fig, path)

@@ -17,14 +17,14 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from analysis import plots
-from analysis.diagram import generalization_vs_fraction, phase_counts, phase_grid, pivot
-from analysis.effective_theory import p_unique_curve, val_ceiling
+from analysis.diagram import phase_counts, phase_grid, pivot
 from analysis.load import load_runs
 from analysis.pipeline import default_axes
 
 from ..plan.estimate import LONG_SHARE
 from ..plan.expand import short_names
 from ..tracking.history import share_and_mean
+from .fraction import fraction_section
 from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
 from .runner import PieceRecord
@@ -196,65 +196,6 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     return lines, summary
 
 
-def _split_ceilings(figure: Figure) -> dict[tuple[float, int], float]:
-    """(fraction, seed) -> the best val accuracy the configuration's split allows (analysis.val_ceiling)."""
-
-    out, data = {}, {}
-    for piece in figure.pieces:
-        for point in piece.spec.points():
-            cfg = piece.spec.trial(point)
-            key = repr(cfg.task)
-            if key not in data:
-                data[key] = cfg.task.data()
-            tr, va = cfg.task.split(data[key], cfg.seed)
-            y = data[key].y
-            out[(round(float(cfg.task.train_fraction), 9), cfg.seed)] = val_ceiling(y[tr].tolist(), y[va].tolist())
-    return out
-
-
-def _fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[list[str], dict]:
-
-    curve = generalization_vs_fraction(df)
-    table = curve.table
-    p = int(pd.to_numeric(df["task.p"]).iloc[0])
-    threshold = float(pd.to_numeric(df["phases.threshold"]).iloc[0])
-    theory = p_unique_curve(p, sorted(table[curve.fraction]), n_samples=2000, seed=0, threshold=threshold)
-    ceilings = _split_ceilings(figure)
-    df = df.assign(_ceiling=[ceilings.get((round(float(f), 9), int(s)), float("nan"))
-                             for f, s in zip(df[curve.fraction], df["seed"], strict=True)])
-    df["_learnable"] = df["_ceiling"] >= threshold
-    df["_gen"] = df["phase"].isin(["comprehension", "grokking"])
-    by = df.groupby(pd.to_numeric(df[curve.fraction]).round(9))
-    learn = pd.DataFrame({"decodable splits": by["_learnable"].sum().astype(int),
-                          "rate among decodable": by.apply(lambda g: g.loc[g["_learnable"], "_gen"].mean()
-                                                           if g["_learnable"].any() else float("nan"))})
-    png = img_dir / f"{figure.stem}.png"
-    fig = plots.plot_grokking_time(curve, theory=theory, title=f"{figure.path.stem} ({figure.scale}): "
-                                   "generalization against data fraction")
-    fig.savefig(png, dpi=110)
-    merged = (table.assign(_f=table[curve.fraction].round(9)).merge(learn, left_on="_f", right_index=True)
-              .merge(theory[["fraction", "p_unique", "p_unique_decodable"]], left_on=curve.fraction,
-                     right_on="fraction", how="left"))
-    shown = merged[[curve.fraction, "n", "n_generalized", "rate", "p_unique", "decodable splits",
-                    "rate among decodable", "p_unique_decodable", "median_steps"]]
-    crit = curve.critical_fraction
-    lines = [f"![generalization against fraction](img/{png.name})", "",
-             "Measured generalization rate (comprehension or grokking within the budget) against the effective "
-             "theory's probability that the training set pins down a unique linear representation "
-             "(`analysis.effective_theory.p_unique_curve`, 2000 sampled training sets per fraction). A split that "
-             "withholds every pair of some sum cannot reach the threshold whatever is learned (the decoder never "
-             f"sees that sum's target): `decodable splits` counts the runs whose split allows val acc >= "
-             f"{threshold:g}, and `p_unique_decodable` is the theory's probability of both.", "",
-             md_table(shown), "",
-             f"Critical fraction (rate crosses {curve.level:g}): "
-             f"{'not reached' if pd.isna(crit) else f'{crit:.2f}'}.", ""]
-    summary = {"fractions": {f"{r[curve.fraction]:.3g}": {
-        "generalized": int(r["n_generalized"]), "runs": int(r["n"]), "decodable": int(r["decodable splits"]),
-        "p_unique": round(float(r["p_unique"]), 3), "p_unique_decodable": round(float(r["p_unique_decodable"]), 3)}
-        for _, r in merged.iterrows()}}
-    return lines, summary
-
-
 def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame, img_dir: Path,
                     tracking_uri: str) -> tuple[list[str], dict]:
 
@@ -308,7 +249,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
         lines[lines.index("## Phase counts")] = "## Phase counts (all trials)"
         lines += ["## Search", "", *body]
     elif figure.config.view == "fraction":
-        body, summary = _fraction_section(figure, df, img_dir)
+        body, summary = fraction_section(figure, df, img_dir)
         lines += ["## Generalization against data fraction", "", *body]
     else:
         body, summary = _diagram_section(figure, df, img_dir)

@@ -287,8 +287,9 @@ def build_spec(
         _check_top(key.strip(), "-s")
         pinned = _set_override(raw, key.strip(), parse_value(text))
         if pinned:
-            notes.append(f"-s {key.strip()}={text} pins the sweep axis {key.strip()} to that one value (the spec "
-                         f"swept {pinned})")
+            what = "searched key" if pinned.startswith("search space") else "sweep axis"
+            notes.append(f"-s {key.strip()}={text} pins the {what} {key.strip()} to that one value (the spec "
+                         f"{'had' if what == 'searched key' else 'swept'} {pinned})")
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise SpecError("name", f"expected a non-empty string, got {name!r}")
@@ -335,6 +336,12 @@ def _set_override(raw: dict, key: str, value) -> str | None:
         set_dotted(raw, key, value)  # the base agrees, so fields that depend on it (reflection_k) validate
         kind, arg = next(iter(before.items())) if isinstance(before, dict) and len(before) == 1 else ("", before)
         return f"{kind}: {arg}" if kind else f"{before}"
+    space = raw.get("search", {}).get("space") if isinstance(raw.get("search"), dict) else None
+    if isinstance(space, dict) and key in space:  # a searched key: the search draws only this value
+        before = space[key]
+        space[key] = {"categorical": [value]}
+        set_dotted(raw, key, value)
+        return f"search space {before}"
     if key == "seed" and isinstance(sweep, dict) and "seed" in sweep:
         sweep["seed"] = {"values": [value]}
         return "seed"

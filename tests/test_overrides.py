@@ -91,3 +91,13 @@ def test_adaptive_null_runs_the_plain_grid(tmp_path):
     path = tmp_path / "adaptive.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert load_spec(path).raw.get("adaptive") and load_spec(path, ["adaptive=null"]).raw.get("adaptive") is None
+
+
+def test_a_searched_key_is_pinned_for_the_search():
+    from grokray.search.config import parse_search
+
+    spec = load_spec(ROOT / "sweeps" / "degrok_toy.yaml", ["optim.decoder.lr=3e-4"], scale="smoke")
+    cfg = parse_search(spec)
+    assert cfg.space["optim.decoder.lr"].kind == "categorical" and cfg.space["optim.decoder.lr"].choices == (3e-4,)
+    assert "pins the searched key optim.decoder.lr" in spec.notes[0]
+    assert "optim.decoder.weight_decay" in cfg.space and cfg.space["optim.decoder.weight_decay"].kind == "float"

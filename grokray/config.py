@@ -228,3 +228,14 @@ class PhaseConfig:
     budget: int = bounded(100_000, ge=1)
     gap: int = bounded(1000, ge=1)
     stop_when_classified: bool = True
+
+
+def only_known_fields(cls, raw: dict, what: str) -> dict:
+    """`raw` unchanged when every key is a field of dataclass `cls`, else a ValueError naming the strangers: a
+    plain dict rebuilt on the other side of a process boundary must not carry what its reader would ignore."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ValueError(f"unknown {what} keys {unknown}; allowed: {', '.join(sorted(names))}")
+    return raw
+

@@ -35,3 +35,23 @@ def open_parent(uri: str, spec, plan, spool_dir, kind: str = "grid"):
     target = RunTarget(uri, parent.experiment_id, parent.run_id, spec.hash(), "test", tuple(plan.swept),
                        tuple(sorted(spec.log_axes)), spool_dir=str(spool_dir))
     return parent, target
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def server(request, tmp_path):
+    """The tracking server of the outage tests, once per backend (PostgreSQL: Debian's server, if installed): an
+    `mlflow server` on 127.0.0.1 that a test can stop and start again on the same port and store."""
+    from grokray.tracking.local_servers import LocalPostgres, MlflowServer, missing_reason
+
+    if request.param == "postgres":
+        reason = missing_reason()
+        if reason:
+            pytest.skip(f"no local PostgreSQL: {reason}")
+        with LocalPostgres() as pg:
+            srv = MlflowServer(tmp_path, pg.uri).start()
+            yield srv
+            srv.stop()
+        return
+    srv = MlflowServer(tmp_path).start()
+    yield srv
+    srv.stop()

@@ -37,6 +37,12 @@ def report(name: str, **figures):
         f.write(json.dumps({"test": name, "date": time.strftime("%Y-%m-%d"), **figures}) + "\n")
 
 
+def replayed_dir(err: str) -> str:
+    """The spool directory the CLI's `deliver them once it is back: grokray replay DIR --tracking-uri ...` names."""
+    line = [x for x in err.splitlines() if x.startswith("deliver them once it is back: grokray replay ")][-1]
+    return line.split("grokray replay ", 1)[1].split(" --tracking-uri")[0]
+
+
 def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -81,23 +87,6 @@ def check_complete(uri: str, spec, keys=("train/loss", "val/acc")) -> dict:
 
 
 # -- an MLflow server we can stop and restart, on SQLite or on a local PostgreSQL ------------------------------------
-@pytest.fixture(params=["sqlite", "postgres"])
-def server(request, tmp_path):
-    """The tracking server of the outage tests, once per backend (PostgreSQL: Debian's server, if installed)."""
-    if request.param == "postgres":
-        reason = missing_reason()
-        if reason:
-            pytest.skip(f"no local PostgreSQL: {reason}")
-        with LocalPostgres() as pg:
-            srv = MlflowServer(tmp_path, pg.uri).start()
-            yield srv
-            srv.stop()
-        return
-    srv = MlflowServer(tmp_path).start()
-    yield srv
-    srv.stop()
-
-
 @pytest.fixture()
 def local_ray():
     import ray
@@ -180,8 +169,7 @@ def test_tracking_server_that_never_returns(local_ray, tmp_path, server, capsys)
     killer.join(timeout=60)
     err = capsys.readouterr().err
     assert code == 3, err
-    line = [x for x in err.splitlines() if x.startswith("deliver them once it is back: grokray replay ")][-1]
-    spool_dir = line.split("grokray replay ", 1)[1].split(" --tracking-uri")[0]
+    spool_dir = replayed_dir(err)
     assert "metric points" in err and spool_dir in err and Path(spool_dir).is_dir()
     server.start()  # back on the same port and database: the printed command delivers everything
     assert main(["replay", spool_dir, "--tracking-uri", server.url]) == 0

@@ -22,13 +22,12 @@ from mlflow.tracking import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
-from test_reliability import _kill_group, report, wait_for
+from test_reliability import _kill_group, replayed_dir, report, wait_for
 
 from grokray.engine.schedule import record_steps
 from grokray.search.config import parse_search
 from grokray.search.objective import objective_values
 from grokray.spec import build_spec, load_spec, read_yaml
-from grokray.tracking.local_servers import LocalPostgres, MlflowServer, missing_reason
 
 pytestmark = pytest.mark.reliability
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,22 +97,6 @@ def check_study(storage_dir: Path, runs, spec):
                                     None if sv is None else int(sv), cfg.penalty)
         assert list(t.values) == pytest.approx(expected), t.number
     return study
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def server(request, tmp_path):
-    if request.param == "postgres":
-        reason = missing_reason()
-        if reason:
-            pytest.skip(f"no local PostgreSQL: {reason}")
-        with LocalPostgres() as pg:
-            srv = MlflowServer(tmp_path, pg.uri).start()
-            yield srv
-            srv.stop()
-        return
-    srv = MlflowServer(tmp_path).start()
-    yield srv
-    srv.stop()
 
 
 def launch(kind: str, spec, uri: str, tmp_path, **kw):
@@ -191,8 +174,7 @@ def test_a_server_that_does_not_come_back_exits_3_and_replay_delivers_everything
     killer.join(timeout=60)
     err = capsys.readouterr().err
     assert code == 3, err
-    line = [x for x in err.splitlines() if x.startswith("deliver them once it is back: grokray replay ")][-1]
-    spool_dir = line.split("grokray replay ", 1)[1].split(" --tracking-uri")[0]
+    spool_dir = replayed_dir(err)
     assert Path(spool_dir).is_dir()
     server.start()
     assert main(["replay", spool_dir, "--tracking-uri", server.url]) == 0

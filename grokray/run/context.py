@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from ..config import only_known_fields
 from ..tracking.pack_runs import RunTarget
 
 
@@ -30,11 +31,7 @@ class TrialContext:
 
     @classmethod
     def from_dict(cls, raw: dict) -> TrialContext:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - names)
-        if unknown:
-            raise ValueError(f"unknown trial-context keys {unknown}; allowed: {', '.join(sorted(names))}")
-        values = dict(raw)
+        values = dict(only_known_fields(cls, raw, "trial-context"))
         values["target"] = RunTarget.from_dict(raw["target"])
         values["objective"] = tuple(raw.get("objective", ()))
         return cls(**values)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from ..config import only_known_fields
 from .client import clean, is_transient, latest_steps, now_ms, quick_failing_http, retry, search_all, server_answers
 from .delivery import SPOOL_DIRNAME, Batch, Courier, replay_dir, spool_files
 from .schema import (
@@ -67,10 +68,7 @@ class RunTarget:
 
     @classmethod
     def from_dict(cls, raw: dict) -> RunTarget:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - names)
-        if unknown:
-            raise ValueError(f"unknown run-target keys {unknown}; allowed: {', '.join(sorted(names))}")
+        only_known_fields(cls, raw, "run-target")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
 
 

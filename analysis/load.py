@@ -19,6 +19,20 @@ import numpy as np
 import pandas as pd
 
 from grokray.tracking.client import search_all
+from grokray.tracking.schema import (
+    CODE_VERSION_TAG,
+    LOG_AXES_TAG,
+    MODEL_TAG,
+    PACK_ID_TAG,
+    PARENT,
+    PHASE_COUNT_TAG,
+    PHASE_TAG,
+    ROLE_TAG,
+    SPEC_HASH_TAG,
+    SWEPT_TAG,
+    TASK_TAG,
+    TRIAL_KEY_TAG,
+)
 
 __all__ = ["DEFAULT_TRACKING_URI", "SERIES", "load_curves", "load_runs", "parent_runs", "runs_to_frame"]
 
@@ -26,11 +40,11 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # grokray's default (grokray/track
 SERIES = ("train/acc", "val/acc", "train/loss", "val/loss", "weight_norm")  # step series: not summary columns
 _TAG_COLUMNS = {
     "mlflow.parentRunId": "parent_run_id",
-    "grokray.phase": "phase",
-    "grokray.model": "model",
-    "grokray.task": "task",
-    "grokray.trial_key": "trial_key",
-    "grokray.pack_id": "pack_id",
+    PHASE_TAG: "phase",
+    MODEL_TAG: "model",
+    TASK_TAG: "task",
+    TRIAL_KEY_TAG: "trial_key",
+    PACK_ID_TAG: "pack_id",
 }
 _CROSSING = re.compile(r"^step_(train|val)_acc_(.+)$")
 _NONE = {"None", "null", ""}
@@ -106,8 +120,8 @@ def runs_to_frame(runs: Iterable) -> pd.DataFrame:
         for k, v in r.data.params.items():
             params_seen.setdefault(k, None)
             row[k] = v
-        swept.update(dict.fromkeys(_json_list(tags.get("grokray.swept"))))
-        log.update(dict.fromkeys(_json_list(tags.get("grokray.log_axes"))))
+        swept.update(dict.fromkeys(_json_list(tags.get(SWEPT_TAG))))
+        log.update(dict.fromkeys(_json_list(tags.get(LOG_AXES_TAG))))
         crossings: dict[str, dict[str, float]] = {"train": {}, "val": {}}
         for k, v in metrics.items():
             if k in SERIES:
@@ -193,14 +207,14 @@ def parent_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFram
     parents = {r.data.tags["mlflow.parentRunId"] for r in everything if "mlflow.parentRunId" in r.data.tags}
     rows = []
     for r in everything:
-        if r.info.run_id not in parents and r.data.tags.get("grokray.role") != "parent":
+        if r.info.run_id not in parents and r.data.tags.get(ROLE_TAG) != PARENT:
             continue
         tags = r.data.tags
         row = {"run_id": r.info.run_id, "run_name": r.info.run_name, "start_time": r.info.start_time,
-               "status": r.info.status, "spec_hash": tags.get("grokray.spec_hash"),
-               "code_version": tags.get("grokray.code_version")}
+               "status": r.info.status, "spec_hash": tags.get(SPEC_HASH_TAG),
+               "code_version": tags.get(CODE_VERSION_TAG)}
         row.update({k.removeprefix("grokray."): int(v) for k, v in tags.items()
-                    if k.startswith("grokray.phase_count.") and v.isdigit()})
+                    if k.startswith(PHASE_COUNT_TAG) and v.isdigit()})
         rows.append(row)
     df = pd.DataFrame(rows, columns=None if rows else ["run_id", "run_name", "start_time", "status", "spec_hash",
                                                        "code_version"])

@@ -24,6 +24,7 @@ from analysis.pipeline import default_axes
 from ..plan.estimate import LONG_SHARE
 from ..plan.expand import short_names
 from ..tracking.history import share_and_mean
+from ..tracking.schema import SEARCH_OBJECTIVE_TAG
 from .fraction import fraction_section
 from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
@@ -210,7 +211,7 @@ def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame
             shutil.copyfile(png, target)
             lines += [f"![{png.stem}](img/{target.name})", ""]
     run = client.get_run(run_id)
-    objective = run.data.tags.get("grokray.search.objective", "")
+    objective = run.data.tags.get(SEARCH_OBJECTIVE_TAG, "")
     lines += [f"Objective: `{objective}` (minimised). Trials: {len(df)}.", ""]
     if best:
         rows = [{"trial": b["number"], "values": ", ".join(f"{v:g}" for v in b["values"]), "phase": b["phase"],

@@ -26,17 +26,24 @@ from ..run.search import run_search
 from ..search.config import parse_search, start_point, start_trial
 from ..tracking.client import find_parent
 from ..tracking.history import measured_budget_use
-from ..tracking.schema import CONFIGURATIONS_TAG, KIND_TAG, PHASE_COUNT_TAG
+from ..tracking.schema import (
+    ATLAS_PIECE_TAG,
+    ATLAS_SCALE_TAG,
+    ATLAS_USE_TAG,
+    CODE_VERSION_TAG,
+    CONFIGURATIONS_TAG,
+    KIND_TAG,
+    PACKS_TAG,
+    PHASE_COUNT_TAG,
+)
 from .plan import Figure, PieceRun
 
-SCALE_TAG = "grokray.atlas.scale"
-PIECE_TAG = "grokray.atlas.piece"
+SCALE_TAG, PIECE_TAG, USE_TAG = ATLAS_SCALE_TAG, ATLAS_PIECE_TAG, ATLAS_USE_TAG
 WALL_METRIC = "atlas/wall_s"
 ESTIMATE_METRIC = "atlas/estimate_s"  # the dry-run estimate, made just before the piece first ran
 UPPER_METRIC = "atlas/estimate_upper_s"
 SHARE_METRIC = "atlas/estimate_to_budget"  # share of members the estimate assumed would train their whole budget
 TRAINED_METRIC = "atlas/estimate_budget_trained"  # the mean share of the budget it assumed they would train
-USE_TAG = "grokray.atlas.estimate_budget_use"  # where those two came from
 HEARTBEAT_S = 30.0
 STORED = {"missing": "not run", "skipped": "complete in MLflow", "incomplete": "not complete"}  # action -> words
 
@@ -206,7 +213,7 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
         use = (m[SHARE_METRIC], m.get(TRAINED_METRIC, m[SHARE_METRIC]), tags.get(USE_TAG, "")) \
             if SHARE_METRIC in m else None
         records.append(PieceRecord(piece.name, parent.info.run_id, action, segments(client, parent.info.run_id),
-                                   tags.get("grokray.code_version", ""), est,
-                                   int(tags.get("grokray.configurations", len(piece.spec.points()))),
-                                   int(tags.get("grokray.packs", 0)), use))
+                                   tags.get(CODE_VERSION_TAG, ""), est,
+                                   int(tags.get(CONFIGURATIONS_TAG, len(piece.spec.points()))),
+                                   int(tags.get(PACKS_TAG, 0)), use))
     return records

@@ -18,6 +18,7 @@ from mlflow.entities import Metric
 from optuna.trial import TrialState
 
 from ..tracking.client import log_metrics
+from ..tracking.schema import SEARCH_BEST_PHASE_TAG, SEARCH_BEST_TRIAL_TAG, SEARCH_BEST_VALUE_TAG, SEARCH_PARETO_TAG
 
 ARTIFACT_DIR = "search"
 
@@ -133,13 +134,13 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
         best = study.best_trial
         metrics.append(Metric(f"best/{cfg.objective[0]}", float(best.value), now, 0))
         params = {f"best.{k}": v for k, v in best.params.items()}
-        tags = {"grokray.search.best_trial": best.number, "grokray.search.best_value": best.value,
-                "grokray.search.best_phase": best.user_attrs.get("phase", "")}
+        tags = {SEARCH_BEST_TRIAL_TAG: best.number, SEARCH_BEST_VALUE_TAG: best.value,
+                SEARCH_BEST_PHASE_TAG: best.user_attrs.get("phase", "")}
     elif done:
         front = study.best_trials
         metrics += [Metric(f"best/{name}", float(min(t.values[i] for t in front)), now, 0)
                     for i, name in enumerate(cfg.objective)]
-        tags = {"grokray.search.pareto_trials": [t.number for t in front]}
+        tags = {SEARCH_PARETO_TAG: [t.number for t in front]}
     # Params are immutable in MLflow: a resumed study with a new best keeps it in tags and best_params.json.
     existing = client.get_run(run_id).data.params
     params = {k: v for k, v in params.items() if k not in existing}

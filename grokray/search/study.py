@@ -19,6 +19,8 @@ from .objective import objective_values
 FINGERPRINT_ATTR = "grokray.fingerprint"
 PARENT_RUN_ATTR = "grokray.mlflow_parent_run_id"
 TRACKING_URI_ATTR = "grokray.tracking_uri"
+OBJECTIVE_ATTR = "grokray.objective"
+SPEC_HASH_ATTR = "grokray.spec_hash"
 
 
 def distributions(cfg: SearchConfig) -> dict:
@@ -137,8 +139,8 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
     if not resume:
         study = optuna.create_study(study_name=cfg.study, storage=storage, directions=directions(cfg))
         study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
-        study.set_user_attr("grokray.objective", cfg.objective)
-        study.set_user_attr("grokray.spec_hash", spec.hash())
+        study.set_user_attr(OBJECTIVE_ATTR, cfg.objective)
+        study.set_user_attr(SPEC_HASH_ATTR, spec.hash())
         return study
     study = optuna.load_study(study_name=cfg.study, storage=storage)
     stored = study.user_attrs.get(FINGERPRINT_ATTR)

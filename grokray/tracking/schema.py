@@ -41,6 +41,13 @@ SEARCH_STORAGE_TAG = "grokray.search.storage"
 SEARCH_OBJECTIVE_TAG = "grokray.search.objective"
 SEARCH_SAMPLER_TAG = "grokray.search.sampler"
 SEARCH_PRUNED_TAG = "grokray.search.pruned"  # on a child that ASHA stopped before it was classified
+SEARCH_BEST_TRIAL_TAG = "grokray.search.best_trial"
+SEARCH_BEST_VALUE_TAG = "grokray.search.best_value"
+SEARCH_BEST_PHASE_TAG = "grokray.search.best_phase"
+SEARCH_PARETO_TAG = "grokray.search.pareto_trials"
+ATLAS_SCALE_TAG = "grokray.atlas.scale"  # an atlas piece's parent: the scale and the piece it ran
+ATLAS_PIECE_TAG = "grokray.atlas.piece"
+ATLAS_USE_TAG = "grokray.atlas.estimate_budget_use"  # where the piece's estimate took its budget use from
 
 # -- child runs (one per configuration) --------------------------------------------------------------------------
 PHASE_TAG = "grokray.phase"  # set last, with the summaries: a child with it is finished

@@ -48,7 +48,7 @@ from ..tracking.schema import (
     SEARCH_STUDY_TAG,
     TRIAL_KEY_TAG,
 )
-from .cluster import resolve_storage
+from .cluster import check_gpu_request, resolve_storage
 from .launch import Launch
 from .options import LaunchOptions, LaunchSummary
 
@@ -202,6 +202,7 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     target = n_trials if n_trials is not None else cfg.n_trials
     if target < 1:
         raise SpecError("--n-trials", f"got {target}; must be >= 1")
+    check_gpu_request(spec, options)  # before the study is created, as every check that can refuse the launch
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     results_dir = resolve_storage(options.storage)
     storage, label = open_storage(cfg, results_dir)

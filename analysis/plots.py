@@ -279,7 +279,7 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
                                                     "q75_steps"}]
     groups = list(t.groupby(group_col[0])) if group_col else [(None, t)]
     crit = curve.critical_fraction if isinstance(curve.critical_fraction, dict) else {None: curve.critical_fraction}
-    for g, sub in groups:
+    for k, (g, sub) in enumerate(groups):
         label = "measured" if g is None else g if group_col[0] == "measure" else f"{group_col[0]}={_fmt(g)}"
         line = top.plot(sub[f], sub["rate"], "o-", label=label)[0]
         ok = sub["median_steps"].notna()
@@ -291,7 +291,7 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
         if np.isfinite(c):
             for ax in (top, bottom):
                 ax.axvline(c, color=line.get_color(), ls="--", lw=1)
-            top.annotate(f"critical ≈ {c:.2f}", (c, curve.level), xytext=(4, 4), textcoords="offset points",
+            top.annotate(f"critical ≈ {c:.2f}", (c, curve.level), xytext=(4, 4 - 12 * k), textcoords="offset points",
                          fontsize=8)
     if theory is not None and len(theory):
         top.plot(theory["fraction"], theory["p_unique"], "k-", lw=1.2, label="effective theory: P(unique)")

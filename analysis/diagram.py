@@ -133,27 +133,22 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
     st = pd.to_numeric(runs[steps], errors="coerce") if steps in runs else pd.Series(np.nan, index=runs.index)
     runs["_steps"] = st.where(np.isfinite(st))
     runs["_undecodable"] = undecodable(runs)
-    counts = pd.crosstab([runs[k] for k in keys], runs["phase"], dropna=False) if len(runs) else None
     rows = []
-    if counts is not None:
-        counts = counts.reindex(columns=list(phases), fill_value=0)
-        counts = counts[counts.sum(axis=1) > 0]
-        steps_by = runs.groupby(keys, dropna=False)["_steps"]
-        med = steps_by.median()
-        ngen = steps_by.count()
-        n_undecodable = runs.groupby(keys, dropna=False)["_undecodable"].sum()
-        for idx, c in counts.iterrows():
-            idx = idx if isinstance(idx, tuple) else (idx,)
-            n = int(c.sum())
-            m = med.get(idx, np.nan)
-            row = dict(zip(keys, idx, strict=True))
-            top = [p for p in phases if c[p] == c.max()]
-            row.update(phase=c.idxmax(), tie="|".join(top) if len(top) > 1 else "", agreement=float(c.max()) / n,
-                       n=n, n_undecodable=int(n_undecodable.get(idx, 0)),
-                       n_generalized=int(ngen.get(idx, 0)), median_steps=float(m),
-                       log10_steps=float(np.log10(max(m, 1.0))) if pd.notna(m) else np.nan)
-            row.update({f"count_{p}": int(c[p]) for p in phases})
-            rows.append(row)
+    for idx, cell in runs.groupby(keys, dropna=False, sort=False) if len(runs) else []:
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        c = cell["phase"].value_counts().reindex(list(phases), fill_value=0)
+        # the majority is taken over the seeds whose split can reach the threshold; a cell of undecodable splits
+        # has no phase to show, and says so
+        votes = cell.loc[~cell["_undecodable"], "phase"].value_counts().reindex(list(phases), fill_value=0)
+        top = [p for p in phases if votes.sum() and votes[p] == votes.max()]
+        m = cell["_steps"].median()
+        row = dict(zip(keys, idx, strict=True))
+        row.update(phase=votes.idxmax() if votes.sum() else UNDECODABLE, tie="|".join(top) if len(top) > 1 else "",
+                   agreement=float(votes.max()) / int(votes.sum()) if votes.sum() else 1.0, n=int(c.sum()),
+                   n_undecodable=int(cell["_undecodable"].sum()), n_generalized=int(cell["_steps"].count()),
+                   median_steps=float(m), log10_steps=float(np.log10(max(m, 1.0))) if pd.notna(m) else np.nan)
+        row.update({f"count_{p}": int(c[p]) for p in phases})
+        rows.append(row)
     cols = [*keys, "phase", "tie", "agreement", "n", "n_undecodable", "n_generalized", "median_steps", "log10_steps",
             *(f"count_{p}" for p in phases)]
     cells = pd.DataFrame(rows, columns=cols)
@@ -163,6 +158,9 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
                     if facets else [()])
     return PhaseGrid(cells, x, y, facets, is_log[x], is_log[y], _sorted_unique(cells[x]),
                      _sorted_unique(cells[y]), facet_values, phases, steps)
+
+
+UNDECODABLE = "undecodable"  # a cell whose every split is below the threshold's ideal accuracy: no phase to show
 
 
 def undecodable(runs: pd.DataFrame, threshold: float = 0.9) -> pd.Series:

@@ -201,7 +201,7 @@ def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None,
             ax.set_title(_facet_title(grid, fv), fontsize=9)
     for ax in list(axes.flat)[len(grid.facet_values):]:
         ax.set_visible(False)
-    phase_legend(fig, grid.phases, "faded, k/n: seeds disagree;\nhatched: a tie between phases")
+    phase_legend(fig, grid.phases, "faded, k/n: seeds disagree;\nhatched: a tie;\ngrey: no decodable split")
     fig.suptitle(title or f"phase diagram: {grid.y} vs {grid.x}")
     return finish_figure(fig, path)
 

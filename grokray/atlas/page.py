@@ -166,11 +166,12 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     png = img_dir / f"{figure.stem}.png"
     fig = plots.plot_phase_diagram(grid, title=f"{figure.path.stem} ({figure.scale}): phase diagram")
     fig.savefig(png, dpi=110)
-    lines = [f"![phase diagram](img/{png.name})", "", "Majority phase per cell (rows: "
-             f"`{y}`, columns: `{x}`; faded cells in the figure are where seeds disagree):", ""]
-
+    lines = [f"![phase diagram](img/{png.name})", "", "Majority phase per cell over the seeds whose split can reach "
+             f"the threshold (rows: `{y}`, columns: `{x}`; faded cells in the figure are where seeds disagree, "
+             "hatched ones, `a|b` here, where the top phases tie):", ""]
+    grid.cells["shown"] = [t or p for t, p in zip(grid.cells["tie"], grid.cells["phase"], strict=True)]
     for fv in grid.facet_values:
-        table = pivot(grid, "phase", fv).fillna("-")
+        table = pivot(grid, "shown", fv).fillna("-")
         if grid.facets:
             lines += [f"Panel {', '.join(f'{k}={v}' for k, v in zip(grid.facets, fv, strict=True))}:", ""]
         table.index = [cell(v) for v in table.index]
@@ -179,8 +180,12 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
         lines += [md_table(table.reset_index(names=f"{label[y]} \\ {label[x]}")), ""]
     multi = grid.cells[grid.cells["n"] > 1]
     dis = disagreements(grid)
-    summary = {"cells": int(len(grid.cells)), "cells_with_seeds": int(len(multi)), "disagreeing_cells": int(len(dis))}
-    lines += ["## Seed agreement", ""]
+    tied, undecodable = int((grid.cells["tie"] != "").sum()), int(grid.cells["n_undecodable"].sum())
+    summary = {"cells": int(len(grid.cells)), "cells_with_seeds": int(len(multi)), "disagreeing_cells": int(len(dis)),
+               "tied_cells": tied, "undecodable_runs": undecodable}
+    lines += ["## Seed agreement", "", f"Ties: {tied} cells. Undecodable splits (Liu's ideal accuracy below the "
+              f"threshold: no model reaches it, so they do not vote): {undecodable} runs in "
+              f"{int((grid.cells['n_undecodable'] > 0).sum())} cells.", ""]
     if len(multi):
         lines += [f"{len(multi)} cells have more than one seed; in {len(multi) - len(dis)} all seeds share the "
                   f"majority phase (mean agreement {multi['agreement'].mean():.2f}). Cells where seeds disagree:", ""]

@@ -83,7 +83,7 @@ class Rounds:
         rnd = len(self.log)
         name = f"{self.spec.name}_adaptive_{time.strftime('%Y%m%d-%H%M%S')}_r{rnd:02d}"
         rec = {"round": rnd, "trials": [list(t) for t in ref.trials], "name": name,
-               "experiment_path": f"{self.launch.storage.rstrip('/')}/{name}",
+               "experiment_path": self.launch.path_of(name),
                "cells": [[list(c), why] for c, why in ref.cells], "extra": [list(p) for p in ref.extra],
                "observed_trials": sum(len(v) for v in self.observed.values())}
         self.write(rec)
@@ -101,7 +101,7 @@ class Rounds:
                 return launch.tuner("", restore=rec["experiment_path"])
             launch.parent.delete_unfinished(set(self.known))
             name = f"{rec['name']}-{int(time.time())}"
-            self.log[rnd] = {**rec, "name": name, "experiment_path": f"{launch.storage.rstrip('/')}/{name}"}
+            self.log[rnd] = {**rec, "name": name, "experiment_path": launch.path_of(name)}
             self.write(self.log[rnd])
         rec = self.log[rnd]
         round_plan = expand(PointSpec(self.spec, [trial_point(self.plan, t) for t in trials]), slots=launch.slots,

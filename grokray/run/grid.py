@@ -28,10 +28,9 @@ def run_sweep(spec: Spec, options: LaunchOptions | None = None, *, max_configs: 
             tuner = launch.tuner("", restore=parent.data.tags[EXPERIMENT_PATH_TAG])
         else:
             name = f"{spec.name}_{time.strftime('%Y%m%d-%H%M%S')}"
-            experiment_path = f"{launch.storage.rstrip('/')}/{name}"
             launch.open_parent(f"{spec.name} sweep", plan.swept, sorted(spec.log_axes),
                                {CONFIGURATIONS_TAG: plan.n_configs, PACKS_TAG: len(plan.packs),
-                                EXPERIMENT_PATH_TAG: experiment_path})
+                                EXPERIMENT_PATH_TAG: launch.path_of(name)})
             ctx = launch.context(plan.swept, sorted(spec.log_axes))
             tuner = launch.tuner(name, ctx, packs=plan.pack_dicts(), total_configs=plan.n_configs,
                                  total_work=total_work)

@@ -149,6 +149,10 @@ class Launch:
                             res.cpu, res.gpu, self.spec.artifacts.final_state, **extra)
 
     # -- rounds of Tune runs -------------------------------------------------------------------------------------
+    def path_of(self, name: str) -> str:
+        """Where the Tune experiment `name` of this launch keeps its state (what a resume restores)."""
+        return f"{self.storage.rstrip('/')}/{name}"
+
     def tuner(self, name: str, ctx: TrialContext | None = None, *, packs: list[dict] | None = None,
               total_configs: int = 0, total_work: float = 0.0, restore: str | None = None, search_alg=None,
               scheduler=None, num_samples: int = 1, max_concurrent: int | None = None,
@@ -159,7 +163,7 @@ class Launch:
         if restore is not None:
             self.experiment_path = restore
             return tune.Tuner.restore(restore, trainable, resume_errored=True)
-        self.experiment_path = f"{self.storage.rstrip('/')}/{name}"
+        self.experiment_path = self.path_of(name)
         space = {"grokray": ctx.to_dict()}
         if packs is not None:
             space["pack"] = {"grid_search": packs}

@@ -93,3 +93,15 @@ def test_the_toy_logs_rqi_and_the_step_it_passes_095_before_validation_crosses()
     summary = result.summary()
     assert result.curve["rqi"][0] < 0.2 and max(result.curve["rqi"]) == 1.0
     assert result.step_val is not None and summary["step_rqi_0.95"] <= result.step_val
+
+
+@pytest.mark.parametrize("model", [{"name": "toy", "hidden": [8]},
+                                   {"name": "transformer", "d_model": 16, "n_heads": 2, "d_mlp": 32}])
+def test_every_embedding_family_logs_rqi_and_the_ideal_accuracy_on_addition(model):
+    raw = {"task": {"name": "addition", "p": 7, "train_fraction": 0.7}, "model": model,
+           "train": {"steps": 20}, "phases": {"budget": 20, "stop_when_classified": False}}
+    trainer = make_trainer([build_spec(raw).first_trial()])
+    trainer.run()
+    [result] = trainer.results()
+    assert len(result.curve["rqi"]) == len(result.curve["step"]) and 0.0 <= result.curve["rqi"][-1] <= 1.0
+    assert 0.0 <= result.ideal_val_acc <= 1.0

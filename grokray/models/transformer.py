@@ -103,6 +103,9 @@ class TransformerModel(PackedModel):
     def symbol_weights(self):
         return self.p("tok")
 
+    def embeddings(self):
+        return self.p("tok")  # the operand tokens come first; '=' and the op token are past p
+
     def select_extra(self, idx):
         self.dropout = self.dropout.index_select(0, idx)
 

@@ -287,9 +287,7 @@ def build_spec(
         _check_top(key.strip(), "-s")
         pinned = _set_override(raw, key.strip(), parse_value(text))
         if pinned:
-            what = "searched key" if pinned.startswith("search space") else "sweep axis"
-            notes.append(f"-s {key.strip()}={text} pins the {what} {key.strip()} to that one value (the spec "
-                         f"{'had' if what == 'searched key' else 'swept'} {pinned})")
+            notes.append(f"-s {key.strip()}={text} pins the {pinned}")
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise SpecError("name", f"expected a non-empty string, got {name!r}")
@@ -327,24 +325,24 @@ def build_spec(
 def _set_override(raw: dict, key: str, value) -> str | None:
     """Like set_dotted, but `sweep.<dotted axis>[.<kind>]` addresses an axis whose own name contains dots, and a
     field that is a sweep axis is pinned: the axis becomes that one value (setting the field under it would be
-    overwritten by every sweep point, so the override would silently do nothing). Returns what a pinned axis
-    swept, else None."""
+    overwritten by every sweep point, so the override would silently do nothing); a searched key likewise. Returns
+    what was pinned and what it held before, for the note the CLI prints, else None."""
     sweep = raw.get("sweep")
     if isinstance(sweep, dict) and key in sweep:
         before = sweep[key]
         sweep[key] = {"values": [value]}
         set_dotted(raw, key, value)  # the base agrees, so fields that depend on it (reflection_k) validate
         kind, arg = next(iter(before.items())) if isinstance(before, dict) and len(before) == 1 else ("", before)
-        return f"{kind}: {arg}" if kind else f"{before}"
+        return f"sweep axis {key} to that one value (the spec swept {f'{kind}: {arg}' if kind else before})"
     space = raw.get("search", {}).get("space") if isinstance(raw.get("search"), dict) else None
     if isinstance(space, dict) and key in space:  # a searched key: the search draws only this value
         before = space[key]
         space[key] = {"categorical": [value]}
         set_dotted(raw, key, value)
-        return f"search space {before}"
+        return f"searched key {key} to that one value (the spec had search space {before})"
     if key == "seed" and isinstance(sweep, dict) and "seed" in sweep:
         sweep["seed"] = {"values": [value]}
-        return "seed"
+        return "sweep axis seed to that one value"
     if not key.startswith("sweep."):
         set_dotted(raw, key, value)
         return None

@@ -15,7 +15,6 @@ from analysis import compare, load_runs, phase_counts, phase_grid
 from analysis.artifacts import STATE_ARTIFACT, load_states, representation_metrics
 from grokray.cli import main
 from grokray.engine import make_trainer
-from grokray.engine.states import member_states
 from grokray.errors import SpecError
 from grokray.spec import load_spec
 
@@ -207,9 +206,9 @@ def test_member_states_are_cropped_to_each_members_size():
     configs = [t for t in spec.trials() if t.optim["decoder"].lr == spec.trials()[0].optim["decoder"].lr
                and t.optim["decoder"].weight_decay == 0][:2]
     assert [c.model.hidden for c in configs] == [[8, 8], [5, 3]]
-    packed = member_states(make_trainer(configs))
+    packed = make_trainer(configs).member_states()
     for k, cfg in enumerate(configs):
-        alone = member_states(make_trainer([cfg]))[0]
+        alone = make_trainer([cfg]).member_states()[0]
         assert packed[k].keys() == alone.keys()
         for name, t in alone.items():
             assert packed[k][name].shape == t.shape, name

@@ -97,10 +97,9 @@ def fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
                     "median_steps"]]
 
     def where(measure: str) -> str:
-        c = curve.critical_fraction.get(measure, float("nan"))
-        return "not reached" if pd.isna(c) else f"{c:.2f}"
+        return _at(curve.critical_fraction.get(measure, float("nan")))
 
-    theory_cross = where_theory(theory)
+    theory_cross = _at(crossing(theory["fraction"].to_numpy(), theory["p_unique"].to_numpy(), 0.5))
     lines = [f"![representation and generalization against fraction](img/{png.name})", "",
              "Liu's quantity is the representation: `P(RQI>0.95)` is the share of runs whose representation quality "
              "index (Liu Eq. 3, the tolerance of Liu et al.'s code; `rqi` curve of each run) passed 0.95 within the "
@@ -126,6 +125,5 @@ def fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     return lines, summary
 
 
-def where_theory(theory: pd.DataFrame) -> str:
-    c = crossing(theory["fraction"].to_numpy(), theory["p_unique"].to_numpy(), 0.5)
-    return "not reached" if pd.isna(c) else f"{c:.2f}"
+def _at(fraction: float) -> str:
+    return "not reached" if pd.isna(fraction) else f"{fraction:.2f}"

@@ -38,7 +38,6 @@ from ..tracking.schema import (
 )
 from .plan import Figure, PieceRun
 
-SCALE_TAG, PIECE_TAG, USE_TAG = ATLAS_SCALE_TAG, ATLAS_PIECE_TAG, ATLAS_USE_TAG
 WALL_METRIC = "atlas/wall_s"
 ESTIMATE_METRIC = "atlas/estimate_s"  # the dry-run estimate, made just before the piece first ran
 UPPER_METRIC = "atlas/estimate_upper_s"
@@ -129,7 +128,7 @@ class SegmentClock:
             if self.use is not None:
                 client.log_metric(run_id, SHARE_METRIC, self.use[0])
                 client.log_metric(run_id, TRAINED_METRIC, self.use[1])
-                client.set_tag(run_id, USE_TAG, self.use[2])
+                client.set_tag(run_id, ATLAS_USE_TAG, self.use[2])
             self.run_id = run_id
 
     def _beat(self) -> None:
@@ -163,7 +162,7 @@ DRIVERS = {"grid": run_sweep, "adaptive": run_adaptive, "search": run_search}
 
 def _start_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, resume: bool, progress) -> str:
     options = LaunchOptions(resume=resume, tracking_uri=tracking_uri, storage=storage, progress=progress,
-                            parent_tags={SCALE_TAG: scale, PIECE_TAG: piece.name})
+                            parent_tags={ATLAS_SCALE_TAG: scale, ATLAS_PIECE_TAG: piece.name})
     summary = DRIVERS[piece.kind](piece.spec, options)
     if summary.errored_trials:
         raise RuntimeError(f"{piece.spec.name} piece {piece.name}: {summary.errored_trials} trials failed after "
@@ -210,7 +209,7 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
             continue
         m, tags = parent.data.metrics, parent.data.tags
         est = (m[ESTIMATE_METRIC], m[UPPER_METRIC]) if ESTIMATE_METRIC in m else None
-        use = (m[SHARE_METRIC], m.get(TRAINED_METRIC, m[SHARE_METRIC]), tags.get(USE_TAG, "")) \
+        use = (m[SHARE_METRIC], m.get(TRAINED_METRIC, m[SHARE_METRIC]), tags.get(ATLAS_USE_TAG, "")) \
             if SHARE_METRIC in m else None
         records.append(PieceRecord(piece.name, parent.info.run_id, action, segments(client, parent.info.run_id),
                                    tags.get(CODE_VERSION_TAG, ""), est,

@@ -22,7 +22,7 @@ from ..phases import gap as phase_gap
 from .memory import keep_freed_memory
 from .result import METRICS, MemberResult, pack_signature
 from .schedule import auto_eval_every, record_steps
-from .splits import ideal_val_accuracies, member_splits
+from .splits import draw_splits, ideal_val_accuracies, member_splits
 from .states import pack_member_states
 
 # Trainer attributes with one row per pack member (dimension 0), selected together when the pack compacts.
@@ -64,10 +64,11 @@ class PackTrainer:
         x, y = self.data.x.to(self.device), self.data.y.to(self.device)
         self.x, self.y = (x.to(self.dtype) if x.is_floating_point() else x), y
         n = len(y)
-        for name, tensor in vars(member_splits(configs, self.data, self.dtype, self.device)).items():
+        splits = draw_splits(configs, self.data)
+        self.ideal_val_acc = ideal_val_accuracies(splits, self.data)  # per original member, known before training
+        for name, tensor in vars(member_splits(splits, self.data, self.dtype, self.device)).items():
             setattr(self, name, tensor)  # each member's split as [K, ...] rows (see PER_MEMBER_TENSORS)
         width = self.train_idx.shape[1]
-        self.ideal_val_acc = ideal_val_accuracies(configs, self.data)  # per original member, known before training
 
         train = first.train
         self.full_batch = train.batch_size == "full"
@@ -308,8 +309,7 @@ class PackTrainer:
         width = sum(p.shape[-1] for p in self.model.parameters() if p.dim() == 3)
         return elem * (4 * params + len(self.y) * max(width, 1) * 3)
 
-    def member_states(self) -> list[dict | None]:
-        """Each member's parameters cropped to its own shapes (engine.states); None for one compacted away."""
+    def member_states(self) -> list[dict | None]:  # cropped to each member's own shapes (engine.states)
         return pack_member_states(self)
 
     def done(self) -> bool:

@@ -50,6 +50,7 @@ class RfmTrainer:
         if len(tr) < 1:
             raise SpecError("task.train_fraction", "leaves no training samples")
         self.train_idx, self.val_idx = tr.to(self.device), va.to(self.device)
+        self.ideal_val_acc = split_ideal_accuracy(data, tr, va)  # of the split: known before the first iteration
         self.total = cfg.budget_steps
         self.max_steps = [self.total]
         p, op = data.meta.get("p"), data.meta.get("op")
@@ -130,8 +131,7 @@ class RfmTrainer:
         phase = classify(st, sv, self.diverged, ph)
         steps_run = self.stopped if self.stopped is not None else self.step
         curve = {k: list(v) for k, v in self.curve.items()}
-        ideal = split_ideal_accuracy(self.data, self.train_idx.cpu(), self.val_idx.cpu())
-        return [MemberResult(phase, st, sv, phase_gap(st, sv), steps_run, dict(self.last), curve, ideal)]
+        return [MemberResult(phase, st, sv, phase_gap(st, sv), steps_run, dict(self.last), curve, self.ideal_val_acc)]
 
     def member_states(self) -> list[dict]:
         """The learned state is the feature matrix M."""

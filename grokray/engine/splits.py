@@ -24,14 +24,18 @@ class MemberSplits:
     has_val: torch.Tensor  # [K] bool
 
 
-def ideal_val_accuracies(configs: list, data) -> list[float | None]:
+def draw_splits(configs: list, data) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each member's (train, val) indices, from its own seed."""
+    return [c.task.split(data, c.seed) for c in configs]
+
+
+def ideal_val_accuracies(splits: list, data) -> list[float | None]:
     """Each member's ideal val accuracy (tasks.parallelograms): a property of its split, known before training."""
-    return [split_ideal_accuracy(data, *c.task.split(data, c.seed)) for c in configs]
+    return [split_ideal_accuracy(data, tr, va) for tr, va in splits]
 
 
-def member_splits(configs: list, data, dtype, device) -> MemberSplits:
-    K, n = len(configs), len(data.y)
-    splits = [c.task.split(data, c.seed) for c in configs]
+def member_splits(splits: list, data, dtype, device) -> MemberSplits:
+    K, n = len(splits), len(data.y)
     n_train = torch.tensor([len(t) for t, _ in splits], device=device)
     if int(n_train.min()) < 1:
         raise SpecError("task.train_fraction", "leaves no training samples")

@@ -27,11 +27,6 @@ def _crop(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return t[tuple(region)]
 
 
-def member_states(trainer) -> list[dict[str, torch.Tensor] | None]:
-    """One state per configuration of any trainer (contracts.Trainer.member_states), in the order given."""
-    return trainer.member_states()
-
-
 def pack_member_states(trainer) -> list[dict[str, torch.Tensor] | None]:
     """A PackTrainer's: one state per configuration of the pack, in the order the pack was given them; None for a
     member whose rows were compacted away (keep `trainer.compact = False` to have them all)."""

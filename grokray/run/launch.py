@@ -37,10 +37,14 @@ from .trainable import train_pack
 from .warm import driver_imports_in_background
 
 
-def trial_name(trial) -> str:
+def name_of(config: dict) -> str:
     """A search trial is named by its Optuna number, a pack by its id."""
-    number = trial.config.get("optuna_trial")
-    return f"optuna-{number}" if number is not None else trial.config["pack"]["pack_id"]
+    number = config.get("optuna_trial")
+    return f"optuna-{number}" if number is not None else (config.get("pack") or {}).get("pack_id", "?")
+
+
+def trial_name(trial) -> str:
+    return name_of(trial.config)
 
 
 def trial_dirname(trial) -> str:
@@ -233,7 +237,4 @@ class Launch:
 
 def trial_name_of(result) -> str:
     """The name of the trial a Tune result came from (its pack id for a grid)."""
-    config = result.config or {}
-    if "optuna_trial" in config:
-        return f"optuna-{config['optuna_trial']}"
-    return (config.get("pack") or {}).get("pack_id") or (result.metrics or {}).get("pack_id", "?")
+    return name_of(result.config or {})

@@ -19,7 +19,7 @@ from ray import tune
 
 from ..engine import load_checkpoint, make_trainer, save_checkpoint
 from ..engine.sizing import usable_threads
-from ..engine.states import STATE_ARTIFACT, member_states
+from ..engine.states import STATE_ARTIFACT
 from ..search.objective import report_metrics
 from ..spec import parse_trial
 from ..tracking.pack_runs import PackTracker
@@ -89,7 +89,7 @@ def train_pack(config: dict) -> None:
         results = trainer.results()
         if done:
             if save_states:
-                tracker.log_states(member_states(trainer), STATE_ARTIFACT)  # before the phase tag marks it done
+                tracker.log_states(trainer.member_states(), STATE_ARTIFACT)  # before the phase tag marks it done
             tracker.finish(results, thresholds)  # last points + summaries + phase tag, one batch per member
             t_close = time.perf_counter()
             undelivered = tracker.close()  # an outage's backlog: delivered now, or left in the spool file

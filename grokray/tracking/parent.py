@@ -19,7 +19,6 @@ from .client import (
     find_parent,
     get_or_create_experiment,
     is_transient,
-    log_metrics,
     now_ms,
     phase_counts,
     quick_failing_http,
@@ -27,7 +26,7 @@ from .client import (
     search_all,
     use_wal,
 )
-from .delivery import SPOOL_DIRNAME, Batch, Spool, pending_points, replay_dir
+from .delivery import SPOOL_DIRNAME, Batch, Spool, deliver, pending_points, replay_dir
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
@@ -142,16 +141,15 @@ class ParentRun:
         tags = phase_count_tags(counts) | ({CONFIGURATIONS_TAG: str(configurations)} if configurations is not None
                                            else {})
         batch = Batch(self.run_id, [[k, v, now_ms(), 0] for k, v in values.items()], {}, tags, status)
-        try:
-            if not measured:
-                raise ConnectionError("the tracking server did not answer")
-            from mlflow.entities import Metric
-
-            log_metrics(self.client, self.run_id, [Metric(k, v, now_ms(), 0) for k, v in values.items()], tags)
-            retry(self.client.set_terminated, self.run_id, status)
-        except Exception as exc:  # noqa: BLE001
-            if not is_transient(exc):
-                raise
+        delivered = False
+        if measured:  # the server answered a moment ago: send the closing batch as any other
+            try:
+                deliver(self.client, batch, dedup=False, attempts=6)
+                delivered = True
+            except Exception as exc:  # noqa: BLE001
+                if not is_transient(exc):
+                    raise
+        if not delivered:
             Spool(Path(spool_dir) / f"parent-{self.run_id}.jsonl").append(batch)
         batches, points = pending_points(spool_dir)
         return Closed(status, counts, batches, points, spool_dir)

@@ -307,6 +307,7 @@ def page_is_current(figure: Figure, out_dir: str | Path) -> dict | None:
 def write_index(out_dir: str | Path) -> Path:
     """<out>/README.md: one row per page found (from the JSON summaries)."""
     out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     rows = []
     for f in sorted(out.glob("*.json")):
         s = json.loads(f.read_text())

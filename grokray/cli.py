@@ -206,13 +206,15 @@ def _atlas(args) -> int:
         raise SpecError("SPEC", "no specs given and no sweeps/*.yaml here; name the spec files")
     from .atlas.plan import plan_atlas
 
-    plan_atlas(specs, args.scale)  # every spec and atlas block checked before Ray starts or MLflow is written
+    figures = plan_atlas(specs, args.scale, tuple(args.set))  # all checked before Ray starts or MLflow is written
+    for note in dict.fromkeys(n for f in figures for p in f.pieces for n in p.spec.notes):
+        print(f"grokray: {note}", file=sys.stderr)
     from .atlas.build import build_atlas
     from .run.cluster import resolve_storage
     from .tracking.client import resolve_tracking_uri
 
     results = build_atlas(specs, args.scale, args.output, resolve_tracking_uri(args.tracking_uri),
-                          resolve_storage(args.storage), run=not args.pages_only)
+                          resolve_storage(args.storage), run=not args.pages_only, overrides=tuple(args.set))
     print(f"\n{'figure':<40} {'estimate':>9} {'measured':>9} {'ratio':>6}  page")
     for r in results:
         if r.page is None:
@@ -313,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--storage", default=None, metavar="PATH",
                        help="Ray Tune results and search journals (default: ./grokray-results)")
     atlas.add_argument("--pages-only", action="store_true", help="write pages from what MLflow holds; run nothing")
+    atlas.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="dotted override for every piece of every figure, after the pieces' own (repeatable); "
+                            "the pages quote it in their commands")
     atlas.set_defaults(func=_atlas)
 
     analyze = sub.add_parser("analyze", parents=[tracking],

@@ -58,11 +58,30 @@ def test_paper_pieces_cover_the_whole_grid_with_the_specs_own_values():
         for point in piece.spec.points():
             got.setdefault((point["optim.decoder.lr"], point["optim.decoder.weight_decay"]), []).append(point["seed"])
     assert set(got) == {(lr, wd) for lr in lrs for wd in full.axes["optim.decoder.weight_decay"]}  # 121 cells
-    assert all(got[(lr, wd)] == ([1, 2, 3] if lr in lrs[:4] else [1]) for lr, wd in got)
-    assert sum(len(s) for s in got.values()) == 4 * 11 * 3 + 7 * 11
+    assert all(got[(lr, wd)] == [0, 1, 2, 3] for lr, wd in got)  # counted seeds, the same in every cell
+    assert sum(len(s) for s in got.values()) == 11 * 11 * 4
     # the presets and the atlas block say how to run, not what runs: the hash ignores them
     assert load_spec(FIG6B, ["smoke.train.steps=7", "atlas.view=fraction"]).hash() == full.hash()
     assert load_spec(FIG6B, ["train.steps=7"]).hash() != full.hash()
+
+
+def test_atlas_overrides_pin_an_axis_in_every_piece_and_the_commands_quote_them(tmp_path, capsys):
+    fig = plan_figure(FIG6B, "paper", ("optim.decoder.weight_decay=5", "train.steps=500"))
+    for piece in fig.pieces:  # after the piece's own take: the lr slice stays, the decay is pinned
+        assert piece.spec.axes["optim.decoder.weight_decay"] == [5.0]
+        assert {t.train.steps for t in piece.spec.trials()} == {500}
+        assert piece.overrides[-2:] == ["optim.decoder.weight_decay=5", "train.steps=500"]
+        assert "pins the sweep axis optim.decoder.weight_decay" in piece.spec.notes[0]
+    assert sum(len(p.spec.points()) for p in fig.pieces) == 11 * 4
+    from grokray.cli import main
+
+    assert main(["atlas", "--scale", "paper", str(FIG6B), "--pages-only", "-o", str(tmp_path / "pages"),
+                 "-s", "optim.decoder.weight_decay=5", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("pins the sweep axis optim.decoder.weight_decay") == 1  # one note, not one per piece
+    with pytest.raises(SpecError) as bad:
+        plan_figure(FIG6B, "paper", ("optim.decoder.weight_decy=5",))
+    assert "weight_decay" in str(bad.value)
 
 
 @pytest.mark.parametrize("atlas, field", [

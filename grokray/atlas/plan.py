@@ -85,11 +85,12 @@ def _value_text(v) -> str:
     return json.dumps(v) if isinstance(v, list | dict) else str(v)
 
 
-def _piece_spec(raw: dict, path: Path, scale: str, piece: Piece) -> PieceRun:
+def _piece_spec(raw: dict, path: Path, scale: str, piece: Piece, user: tuple[str, ...]) -> PieceRun:
+    """user: the command's -s overrides, applied after the piece's own (so a pinned axis stays pinned)."""
     scale_arg = None if scale == "paper" else scale
     where = f"atlas.pieces.{scale}.{piece.name}"
     presets = ((f"{where}.set", piece.set),) if piece.set else ()
-    spec = build_spec(raw, (), scale_arg, default_name=path.stem, presets=presets)
+    spec = build_spec(raw, user, scale_arg, default_name=path.stem, presets=presets)
     overrides = [f"{k}={_value_text(v)}" for k, v in piece.set.items()]
     if piece.take:
         sliced = {}
@@ -101,22 +102,23 @@ def _piece_spec(raw: dict, path: Path, scale: str, piece: Piece) -> PieceRun:
                 raise SpecError(f"{where}.take.{axis}", f"[{start}, {stop}] runs past the axis's {len(values)} values")
             sliced[f"sweep.{axis}"] = {"values": values[start:stop]}
         log_axes = spec.log_axes & set(piece.take)
-        spec = build_spec(raw, (), scale_arg, default_name=path.stem, presets=(*presets, (f"{where}.take", sliced)))
+        spec = build_spec(raw, user, scale_arg, default_name=path.stem, presets=(*presets, (f"{where}.take", sliced)))
         spec.log_axes |= log_axes  # a slice of a logspace axis is still drawn on a log scale
         overrides += [f"sweep.{a}.values={_value_text(v['values'])}" for a, v in
                       ((k[len("sweep."):], v) for k, v in sliced.items())]
+    overrides += list(user)
     kind = "search" if "search" in spec.raw and not spec.axes else "adaptive" if spec.raw.get("adaptive") else "grid"
     return PieceRun(piece.name, spec, overrides, kind)
 
 
-def plan_figure(path: str | Path, scale: str) -> Figure:
-    """Build every piece of one spec at one scale (SpecError on any mistake)."""
+def plan_figure(path: str | Path, scale: str, overrides: tuple[str, ...] = ()) -> Figure:
+    """Build every piece of one spec at one scale (SpecError on any mistake); `overrides` are the command's -s."""
     path = Path(path)
     if scale not in SCALES:
         raise SpecError("--scale", f"got {scale!r}; allowed: {', '.join(SCALES)}")
     raw = read_yaml(path)
     config = parse_atlas(raw.get("atlas"))
-    pieces = [_piece_spec(raw, path, scale, p) for p in config.pieces_for(scale)]
+    pieces = [_piece_spec(raw, path, scale, p, tuple(overrides)) for p in config.pieces_for(scale)]
     names = {p.spec.name for p in pieces}
     if len(names) != 1:
         raise SpecError("atlas.pieces", f"pieces must share the spec's name (one MLflow experiment), got {names}")
@@ -133,6 +135,6 @@ def plan_figure(path: str | Path, scale: str) -> Figure:
     return Figure(path, scale, config, pieces, title_text(lines) or path.stem, expected_text(lines))
 
 
-def plan_atlas(paths: list[str | Path], scale: str) -> list[Figure]:
+def plan_atlas(paths: list[str | Path], scale: str, overrides: tuple[str, ...] = ()) -> list[Figure]:
     """Every figure, built and validated before anything runs."""
-    return [plan_figure(p, scale) for p in paths]
+    return [plan_figure(p, scale, overrides) for p in paths]

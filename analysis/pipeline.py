@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from grokray.tracking.schema import ANALYSIS_DIR
+
 from . import plots
 from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
@@ -21,7 +23,7 @@ from .representations import agop_image, pca
 
 __all__ = ["Analysis", "analyze", "default_axes", "phase_table_text", "summary_lines"]
 
-ARTIFACT_DIR = "analysis"  # where the files go among the parent run's artifacts
+ARTIFACT_DIR = ANALYSIS_DIR  # where the files go among the parent run's artifacts
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 

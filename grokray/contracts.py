@@ -33,6 +33,7 @@ class Trainer(Protocol):
     step: int
     total: int  # the largest budget of its members
     stopped_at: list[int | None]  # per member, in the order given: the step it stopped at, or None
+    stopped_wall: list[float | None]  # and the time.time() it stopped then (its tracked run ends there)
     compact: bool  # drop stopped members from the tensors (False keeps their rows, e.g. to save final states)
 
     def run(self, until: int | None = None, on_check=None) -> bool:

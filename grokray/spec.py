@@ -217,18 +217,25 @@ class Spec:
         return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def _number_like(value):
+    """YAML 1.1 reads 3e-4 (no dot) as a string, also inside a list: a value that reads as a number is one."""
+    if isinstance(value, list):
+        return [_number_like(v) for v in value]
+    if isinstance(value, str) and value.strip().lower() not in ("nan", "inf", "-inf", "+inf"):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def parse_value(text: str):
-    """A CLI override value: YAML syntax (so `[1, 2]` and `true` work), numbers resolved loosely later."""
+    """A CLI override value: YAML syntax (so `[1, 2]` and `true` work); number-like strings are numbers."""
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string; a pinned axis value must be a number
-        try:
-            return float(value) if value.strip().lower() not in ("nan", "inf", "-inf", "+inf") else value
-        except ValueError:
-            return value
-    return value
+    return _number_like(value)
 
 
 def read_yaml(path: str | Path) -> dict:

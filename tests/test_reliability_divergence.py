@@ -2,6 +2,7 @@
 `grokray.phase = diverged` in MLflow, and the others train exactly as they would alone."""
 
 import math
+import time
 
 import yaml
 from conftest import open_parent
@@ -41,7 +42,7 @@ def test_diverging_members_are_tagged_and_the_rest_unaffected(tmp_path):
     tracker = PackTracker(ctx, pack_dict)
     tracker.open()
     tracker.log_curves(results)
-    tracker.finish(results, [c.phases.threshold for c in configs])
+    tracker.finish(results, [c.phases.threshold for c in configs], [time.time()] * len(configs))
     assert tracker.close() == 0
 
     phases = [r.phase for r in results]

@@ -197,7 +197,7 @@ def test_params_and_tags_hold_no_environment_values_or_credentials(tmp_path, mon
     trainer.run()
     tracker = PackTracker(ctx, pack)
     tracker.open("node")
-    tracker.finish(trainer.results(), [0.9] * trainer.K)
+    tracker.finish(trainer.results(), [0.9] * trainer.K, trainer.stopped_wall)
     tracker.close()
     sweep.close("FINISHED", ctx.spool_dir, 0)
     client = MlflowClient(uri)

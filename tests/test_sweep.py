@@ -70,7 +70,7 @@ def test_smoke_sweep_on_local_ray(local_ray, tmp_path):
     assert (summary.configurations, summary.packs) == (plan.n_configs, len(plan.packs))
     assert len(summary.trial_metrics) == len(plan.packs)
     t = summary.timings  # Ray was already up (the shared fixture), so this run neither started nor stopped it
-    assert set(t) == {"ray_start", "setup", "tune", "finish"} and t["ray_start"] < 1.0
+    assert set(t) == {"ray_start", "setup", "tune", "finish", "report"} and t["ray_start"] < 1.0
     assert min(t.values()) >= 0 and t["tune"] > max(x["trial_s"] for x in summary.trial_metrics)
     assert sum(t.values()) <= summary.wall_s + 1e-6
 

@@ -1,5 +1,6 @@
 """MLflow adapter on a real SQLite store (no Ray): idempotent child runs, batched curves, no secrets."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ def test_retried_pack_reuses_runs_without_duplicate_or_missing_steps(pack_setup)
     retry.run()
     results = retry.results()
     second.log_curves(results)
-    second.finish(results, [c.phases.threshold for c in configs])
+    second.finish(results, [c.phases.threshold for c in configs], [time.time()] * len(configs))
 
     client = MlflowClient(ctx.tracking_uri)
     children = sweep.children()

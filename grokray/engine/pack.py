@@ -8,17 +8,18 @@ stream is per member, and the loss is a sum of per-member losses.
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import time
 import warnings
 
 import torch
 
-from ..config import to_dict
 from ..models import MODELS
 from ..optim import GroupOptimizer, MemberRandom
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
+from .checkpoint import load_pack_state, pack_state_dict
+from .curves import member_curve
 from .memory import keep_freed_memory
 from .result import METRICS, MemberResult, pack_signature
 from .schedule import auto_eval_every, record_steps
@@ -29,8 +30,9 @@ from .states import pack_member_states
 PER_MEMBER_TENSORS = (
     "train_idx", "train_w", "w_train_all", "train_mask_all", "val_mask_all", "val_idx", "val_valid", "n_train", "n_val",
     "has_val",
-    "threshold", "cross_train", "cross_val", "diverged", "active", "last",
+    "threshold", "cross_train", "cross_val", "diverged", "active", "last", "marks",
 )
+MARKS = 3  # rows kept per member: measured at its train crossing, its val crossing and its stop (engine.curves)
 EVAL_CHUNK = 16384  # samples per member per no-grad eval forward
 # Gradients accumulate in place into views of a flat buffer (models/base.py); torch notes that such views do not
 # follow its preferred gradient layout. That is deliberate and measured faster here, so the note is silenced.
@@ -116,7 +118,10 @@ class PackTrainer:
         # The engine's metrics, then the family's own curves (models/diagnostics.py), one column each.
         self.metric_names = METRICS + tuple(self.model.diagnostics())
         self.last = torch.full((K, len(self.metric_names)), math.nan, dtype=torch.float64, device=self.device)
+        self.marks = torch.full((K, MARKS, len(self.metric_names)), math.nan, dtype=torch.float64, device=self.device)
         self.stopped_at = [None] * K  # per original member: the step at which it stopped (host side)
+        self.stopped_wall: list[float | None] = [None] * K  # and the time.time() then: its MLflow run's end
+        self._measured: tuple[int, torch.Tensor] | None = None  # final_eval's (step, row), reused by _check
         self.members = list(range(K))  # original index of each row still in the pack (see _compact)
         self.finished: dict[int, MemberResult] = {}  # results of members compacted out of the pack
         self.all_configs = list(configs)
@@ -176,6 +181,8 @@ class PackTrainer:
         hit_v = live & self.has_val & (metrics[:, 3] >= self.threshold) & (self.cross_val < 0)
         self.cross_train = torch.where(hit_t, step, self.cross_train)
         self.cross_val = torch.where(hit_v, step, self.cross_val)
+        hits = torch.stack([hit_t, hit_v], 1).unsqueeze(-1)
+        self.marks[:, :2] = torch.where(hits, metrics.unsqueeze(1), self.marks[:, :2])
         self.last = torch.where(~torch.isnan(metrics) & live.view(-1, 1), metrics, self.last)
 
     def _metrics_row(self, train_loss, train_acc, val_loss, val_acc, with_norm=True):
@@ -248,6 +255,7 @@ class PackTrainer:
         s = self._evaluate()
         row = self._metrics_row(s[0], s[1], s[2], s[3])
         self._observe(row, s[0], self.step)
+        self._measured = (self.step, row)
         if self.step in self.record_set and (not self.curve_steps or self.curve_steps[-1] != self.step):
             self.curve_steps.append(self.step)
             self.curve_rows.append(row)
@@ -257,14 +265,23 @@ class PackTrainer:
         """Stop members whose phase is decided, that diverged, or that used up their steps."""
         tr, va = self.cross_train.tolist(), self.cross_val.tolist()
         div, act = self.diverged.tolist(), self.active.tolist()
+        stopping = []
         for k, cfg in enumerate(self.configs):
             if not act[k]:
                 continue
             st, sv = (tr[k] if tr[k] >= 0 else None), (va[k] if va[k] >= 0 else None)
             decided = cfg.phases.stop_when_classified and is_decided(st, sv, div[k], self.step, cfg.phases)
             if div[k] or decided or self.step >= self.max_steps[k]:
+                stopping.append(k)
+        if stopping:  # measure the state they stop in, so each curve ends at its own stop (engine.curves)
+            measured = self._measured
+            row = measured[1] if measured and measured[0] == self.step else self._metrics_row(*self._evaluate())
+            idx = torch.tensor(stopping, dtype=torch.long, device=self.device)
+            self.marks[idx, 2] = row.index_select(0, idx)
+            self.active[idx] = False
+            for k in stopping:
                 self.stopped_at[self.members[k]] = self.step
-                self.active[k] = False
+                self.stopped_wall[self.members[k]] = time.time()
         if any(div):  # keep NaN out of later arithmetic on frozen members
             for flat in self.model.flat.values():
                 flat.nan_to_num_(0.0, 0.0, 0.0)
@@ -339,6 +356,7 @@ class PackTrainer:
     def _results_now(self) -> list[MemberResult]:
         rows = torch.stack(self.curve_rows).cpu().tolist() if self.curve_rows else []  # [T, K, M]
         tr, va, last = self.cross_train.tolist(), self.cross_val.tolist(), self.last.cpu().tolist()
+        marked = self.marks.cpu().tolist()  # [K, MARKS, M]
         out = []
         for k, cfg in enumerate(self.configs):
             m = self.members[k]
@@ -346,55 +364,17 @@ class PackTrainer:
             st, sv = (tr[k] if tr[k] >= 0 else None), (va[k] if va[k] >= 0 else None)
             diverged = bool(self.diverged[k])
             phase = classify(st, sv, diverged, cfg.phases)
-            curve = {"step": []} | {m: [] for m in self.metric_names}
-            for step, row in zip(self.curve_steps, rows, strict=True):
-                if step > stop:
-                    break
-                if step not in self.member_records[k]:  # the pack records the union of its members' schedules
-                    continue
-                curve["step"].append(step)
-                for m, v in zip(self.metric_names, row[k], strict=True):
-                    curve[m].append(v)
+            marks = zip((st, sv, self.stopped_at[m]), marked[k], strict=True)
+            curve = member_curve(self.metric_names, ((step, row[k]) for step, row in zip(self.curve_steps, rows,
+                                 strict=True)), self.member_records[k], stop, marks)
             final = {m: v for m, v in zip(self.metric_names, last[k], strict=True) if not math.isnan(v)}
             out.append(MemberResult(phase, st, sv, phase_gap(st, sv), stop, final, curve,
                                     self.ideal_val_acc[self.members[k]]))
         return out
 
-    # -- checkpoints: tensors, lists and numbers only, so they load with weights_only=True --------------------
+    # -- checkpoints: tensors, lists and numbers only, so they load with weights_only=True (engine.checkpoint) -
     def state_dict(self) -> dict:
-        return {
-            "version": 2,
-            "configs": [to_dict(c) for c in self.all_configs],
-            "members": list(self.members),
-            "finished": {m: dataclasses.asdict(r) for m, r in self.finished.items()},
-            "step": self.step,
-            "model": {g: flat.clone() for g, flat in self.model.flat.items()},
-            "optim": {g: o.state_dict() for g, o in self.optimizers.items()},
-            "rng": self.rng.state_dict(),
-            "cross_train": self.cross_train.clone(),
-            "cross_val": self.cross_val.clone(),
-            "diverged": self.diverged.clone(),
-            "active": self.active.clone(),
-            "last": self.last.clone(),
-            "stopped_at": list(self.stopped_at),
-            "curve_steps": list(self.curve_steps),
-            "curve_rows": torch.stack(self.curve_rows).cpu() if self.curve_rows else torch.zeros(0),
-        }
+        return pack_state_dict(self)
 
     def load_state_dict(self, state: dict):
-        if state["configs"] != [to_dict(c) for c in self.all_configs]:
-            raise ValueError("checkpoint belongs to different configurations")
-        if state["members"] != self.members:  # the checkpointed pack had compacted
-            self._select([self.members.index(m) for m in state["members"]])
-        self.finished = {m: MemberResult(**r) for m, r in state["finished"].items()}
-        self.step = state["step"]
-        for g, flat in state["model"].items():
-            self.model.flat[g].copy_(flat)
-        for g, o in self.optimizers.items():
-            o.load_state_dict(state["optim"][g])
-        self.rng.load_state_dict(state["rng"])
-        for name in ("cross_train", "cross_val", "diverged", "active", "last"):
-            setattr(self, name, state[name].to(self.device))
-        self.stopped_at = list(state["stopped_at"])
-        self.curve_steps = list(state["curve_steps"])
-        self.curve_rows = [r.to(self.device) for r in state["curve_rows"]] if len(state["curve_rows"]) else []
+        load_pack_state(self, state)

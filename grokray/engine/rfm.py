@@ -9,6 +9,7 @@ curve_points_per_decade do not apply.
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
@@ -64,6 +65,7 @@ class RfmTrainer:
         self.cross_val: int | None = None
         self.diverged = False
         self.stopped_at: list[int | None] = [None]
+        self.stopped_wall: list[float | None] = [None]
         self.curve: dict[str, list] = {"step": []}
         self.last: dict[str, float] = {}
 
@@ -107,7 +109,7 @@ class RfmTrainer:
         ph = self.cfg.phases
         decided = ph.stop_when_classified and is_decided(self.cross_train, self.cross_val, self.diverged, t, ph)
         if self.diverged or decided or t >= self.total:
-            self.stopped_at = [t]
+            self.stopped_at, self.stopped_wall = [t], [time.time()]
 
     def run(self, until: int | None = None, on_check=None) -> bool:
         """Iterate until the phase is decided or the steps run out (True), or until `self.step == until` (False):

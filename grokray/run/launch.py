@@ -33,6 +33,7 @@ from .cluster import check_cluster_gpus, check_gpu_request, gpu_free_bytes, reso
 from .context import TrialContext
 from .options import LaunchOptions, LaunchSummary
 from .progress import ProgressLine
+from .report import report_on_parent
 from .trainable import train_pack
 from .warm import driver_imports_in_background
 
@@ -204,8 +205,9 @@ class Launch:
 
     # -- the close -----------------------------------------------------------------------------------------------
     def close(self, configurations: int, packs: int = 0, interrupted: bool | None = None,
-              metrics: dict[str, float] | None = None) -> LaunchSummary:
-        """Replay the spool, close the parent (phase counts, `configurations`, `metrics`, status) and summarise.
+              metrics: dict[str, float] | None = None, note: list[str] | tuple = ()) -> LaunchSummary:
+        """Replay the spool, close the parent (phase counts, `configurations`, `metrics`, status), describe it in
+        MLflow (run.report: the note, with the driver's `note` lines, and the phase diagram) and summarise.
         A launch is FAILED when a trial failed, KILLED when `interrupted` (None: when a trial did not finish its
         pack; a search whose scheduler stops trials says False)."""
         t0 = time.time()
@@ -221,6 +223,9 @@ class Launch:
         closed = self.parent.close(status, self.spool_dir, self.options.delivery_wait_s, fallback, configurations,
                                    metrics)
         self.timings["finish"] = time.time() - t0
+        if not closed.undelivered:  # the server holds every run: the figure can be drawn from it
+            self.timings["report"] = report_on_parent(self.parent, self.spec, self.kind, status, closed.phase_counts,
+                                                      configurations, time.time() - self.t_start, note)
         last = [dict(r.metrics or {}) for r in results]
         return LaunchSummary(
             kind=self.kind, name=self.spec.name, tracking_uri=self.uri, experiment_id=self.parent.experiment_id,

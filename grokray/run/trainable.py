@@ -36,6 +36,13 @@ def _phase_counts(trainer, results) -> dict[str, int]:
     return counts
 
 
+def _ended(trainer) -> list[float | None]:
+    """When each stopped member stopped (time.time()); now for one restored from a checkpoint that did not say."""
+    now = time.time()
+    return [None if step is None else (wall or now) for step, wall in
+            zip(trainer.stopped_at, trainer.stopped_wall, strict=True)]
+
+
 def gpu_placement() -> dict:
     """Where Ray put this trial: its GPU ids, the CUDA_VISIBLE_DEVICES Ray set for it, and its GPU share."""
     import os
@@ -87,15 +94,16 @@ def train_pack(config: dict) -> None:
         if not done and time.perf_counter() - last_report < min_report_s:
             continue  # curves and checkpoints go out with the next report: MLflow and Tune both see few calls
         results = trainer.results()
+        if done and save_states:
+            tracker.log_states(trainer.member_states(), STATE_ARTIFACT)  # before the phase tags mark them done
+        if done or not save_states:  # a member that stopped ends now, at its own stop time, with its phase tag
+            tracker.finish(results, thresholds, _ended(trainer))
+        else:
+            tracker.log_curves(results)
         if done:
-            if save_states:
-                tracker.log_states(trainer.member_states(), STATE_ARTIFACT)  # before the phase tag marks it done
-            tracker.finish(results, thresholds)  # last points + summaries + phase tag, one batch per member
             t_close = time.perf_counter()
             undelivered = tracker.close()  # an outage's backlog: delivered now, or left in the spool file
             close_s = time.perf_counter() - t_close
-        else:
-            tracker.log_curves(results)
         last_report = time.perf_counter()
         metrics = {
             "step": trainer.step,

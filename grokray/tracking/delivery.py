@@ -46,7 +46,8 @@ class Batch:
     terminate: str | None = None  # "FINISHED" etc.: end the run after the batch
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     key: str = ""  # trial key, for a batch whose run is not created yet
-    create: dict | None = None  # {experiment_id, run_name, tags} of that run
+    create: dict | None = None  # {experiment_id, run_name, tags, start_time} of that run
+    end_time: int | None = None  # ms: when the run's own work ended (a pack member stops before its pack)
 
     @property
     def points(self) -> int:
@@ -54,13 +55,14 @@ class Batch:
 
     def to_json(self) -> str:
         return json.dumps({"batch": self.id, "run_id": self.run_id, "metrics": self.metrics, "params": self.params,
-                           "tags": self.tags, "terminate": self.terminate, "key": self.key, "create": self.create})
+                           "tags": self.tags, "terminate": self.terminate, "key": self.key, "create": self.create,
+                           "end_time": self.end_time})
 
     @classmethod
     def from_record(cls, rec: dict) -> Batch:
         return cls(run_id=rec["run_id"], metrics=[list(m) for m in rec["metrics"]], params=rec.get("params") or {},
                    tags=rec.get("tags") or {}, terminate=rec.get("terminate"), id=rec["batch"],
-                   key=rec.get("key") or "", create=rec.get("create"))
+                   key=rec.get("key") or "", create=rec.get("create"), end_time=rec.get("end_time"))
 
 
 def resolve_run(client, batch: Batch, resolved: dict[str, str], attempts: int = 3) -> str:
@@ -79,7 +81,7 @@ def resolve_run(client, batch: Batch, resolved: dict[str, str], attempts: int = 
         run_id = found[0].info.run_id
     else:
         run_id = retry(client.create_run, create["experiment_id"], run_name=create.get("run_name"), tags=tags,
-                       attempts=attempts).info.run_id
+                       start_time=create.get("start_time"), attempts=attempts).info.run_id
     resolved[batch.key] = run_id
     return run_id
 
@@ -99,7 +101,7 @@ def deliver(client, batch: Batch, dedup: bool, attempts: int = 3, resolved: dict
     if objs or batch.params or batch.tags:
         calls += log_metrics(client, run_id, objs, batch.tags, batch.params, attempts=attempts)
     if batch.terminate:
-        retry(client.set_terminated, run_id, batch.terminate, attempts=attempts)
+        retry(client.set_terminated, run_id, batch.terminate, end_time=batch.end_time, attempts=attempts)
         calls += 1
     return calls
 

@@ -83,6 +83,7 @@ class MemberRun:
         self.pending_params = params or {}  # sent with the first batch of metrics
         self.pending_tags = tags or {}
         self.create = create  # what delivery needs to make the run, while run_id is ""
+        self.finished = False  # its summaries, phase tag and end are sent (or it was found finished)
 
 
 class PackTracker:
@@ -98,6 +99,7 @@ class PackTracker:
         self.workers = target.concurrency if server else 1
         self.client = MlflowClient(tracking_uri=target.tracking_uri)
         self.runs: list[MemberRun] = []
+        self.started_ms = now_ms()  # the members' runs start with the pack, wherever and whenever they are made
         self._calls = 0
         self.seconds = 0.0  # time spent in MLflow from this worker
         self.spool_dir = Path(target.spool_dir or Path.home() / ".grokray" / SPOOL_DIRNAME / target.parent_run_id)
@@ -159,13 +161,13 @@ class PackTracker:
 
     def _deferred(self, member: dict, node_id: str) -> MemberRun:
         create = {"experiment_id": self.target.experiment_id, "run_name": member["name"],
-                  "tags": self._tags(member, node_id)}
+                  "tags": self._tags(member, node_id), "start_time": self.started_ms}
         return MemberRun(member["key"], "", {}, flatten(member["config"]), create=create)
 
     def _create(self, member: dict, node_id: str) -> MemberRun:
         try:
             run = retry(self.client.create_run, self.target.experiment_id, run_name=member["name"],
-                        tags=self._tags(member, node_id), attempts=OPEN_ATTEMPTS)
+                        tags=self._tags(member, node_id), start_time=self.started_ms, attempts=OPEN_ATTEMPTS)
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
                 raise
@@ -189,15 +191,18 @@ class PackTracker:
         starts = int(found.data.tags.get(STARTS_TAG, "1")) + 1  # counted, so tests can see re-runs
         tags = {STARTS_TAG: str(starts), **({NODE_TAG: node_id} if node_id else {})}
         pending = {} if found.data.params else flatten(member["config"])  # died before its first batch
-        return MemberRun(member["key"], run_id, last, pending, tags)
+        run = MemberRun(member["key"], run_id, last, pending, tags)
+        run.finished = PHASE_TAG in found.data.tags  # ended before the pack was stopped: nothing more to send
+        return run
 
     def log_curves(self, results) -> None:
         """Curve points past the last stored step of each series, one log_batch per <= 1000 points."""
         self._timed(self._log, results, None)
 
-    def finish(self, results, thresholds: list[float]) -> None:
-        """Remaining curve points, summary metrics and the phase tag in one batch; then end each run."""
-        self._timed(self._log, results, thresholds)
+    def finish(self, results, thresholds: list[float], ended: list[float | None]) -> None:
+        """Curve points of every member; for each member that stopped (`ended`: the time.time() it stopped, else
+        None) and is not finished yet, also its summary metrics and phase tag, and its run ends at that time."""
+        self._timed(self._log, results, thresholds, ended)
 
     def log_states(self, states: list, name: str = "final_state.pt") -> None:
         """Each member's final state (a dict of tensors, or None) as the artifact `name` of its child run."""
@@ -221,7 +226,7 @@ class PackTracker:
                         raise
             self._calls += 1
 
-    def _log(self, results, thresholds) -> None:
+    def _log(self, results, thresholds, ended=None) -> None:
         now = now_ms()
         batches = []
         for i, (run, result) in enumerate(zip(self.runs, results, strict=True)):
@@ -236,15 +241,16 @@ class PackTracker:
                     if step > last and value is not None and math.isfinite(value):
                         metrics.append([key, float(value), now, int(step)])
                         run.last_step[key] = step
-            tags, terminate = dict(run.pending_tags), None
-            if thresholds is not None:
+            tags, terminate, end_ms = dict(run.pending_tags), None, None
+            if ended is not None and ended[i] is not None and not run.finished:
                 summary = result.summary(thresholds[i])
                 metrics += [[k, float(v), now, int(result.steps_run)] for k, v in summary.items()
                             if v is not None and math.isfinite(float(v))]
-                tags, terminate = {**tags, PHASE_TAG: result.phase}, "FINISHED"
+                tags, terminate, end_ms = {**tags, PHASE_TAG: result.phase}, "FINISHED", int(ended[i] * 1000)
+                run.finished = True
             if metrics or tags or run.pending_params or terminate:
                 batches.append(Batch(run.run_id, metrics, clean(run.pending_params), clean(tags), terminate,
-                                     key=run.key, create=None if run.run_id else run.create))
+                                     key=run.key, create=None if run.run_id else run.create, end_time=end_ms))
                 run.pending_params, run.pending_tags = {}, {}
         self.courier.send_many(batches)
 

@@ -25,6 +25,8 @@ EXPERIMENT_PATH_TAG = "grokray.experiment_path"  # the Ray Tune experiment a gri
 PHASE_COUNT_TAG = "grokray.phase_count."  # + phase: children with that phase (set when it closes)
 PHASE_COUNT_METRIC = "phase_count/"  # + phase, the same count as a metric
 SPEC_ARTIFACT = "spec.resolved.yaml"
+NOTE_TAG = "mlflow.note.content"  # the run's description in MLflow's UI (markdown): what the launch did
+ANALYSIS_DIR = "analysis"  # the parent's artifact directory of figures (grokray analyze and the launch's close)
 # The tags every parent run carries from the moment it is opened, whichever driver opened it.
 REQUIRED_PARENT_TAGS = (ROLE_TAG, KIND_TAG, SPEC_HASH_TAG, CODE_VERSION_TAG, SWEPT_TAG, LOG_AXES_TAG)
 # ... and the ones it carries once closed (the atlas's skip-if-complete compares the two).

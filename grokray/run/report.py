@@ -1,0 +1,80 @@
+"""What a parent run says in MLflow's UI once its launch closes: a description (the run's note) with what ran and
+what came out, and the phase diagram among its artifacts. Without it the UI's first page of a sweep says "No
+description", and the answer is three clicks and a `grokray analyze` away.
+
+The report never fails a launch: a figure that cannot be drawn (a search over one key) is said so in the note.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+
+import yaml
+
+from ..spec import Spec
+from ..tracking.parent import ParentRun
+from ..tracking.schema import ANALYSIS_DIR, NOTE_TAG
+
+NOTE_MAX = 5800  # tags are cut at tracking.client.MAX_VALUE_LEN; a long spec is cut here, the whole one is an artifact
+PHASE_ORDER = ("comprehension", "grokking", "memorization", "confusion")
+
+
+def _axis_text(values: list) -> str:
+    shown = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in values]
+    return ", ".join(shown if len(shown) <= 8 else [*shown[:3], "...", *shown[-2:]]) + f" ({len(values)})"
+
+
+def phase_rows(counts: dict[str, int]) -> list[str]:
+    total = max(1, sum(counts.values()))
+    names = [p for p in PHASE_ORDER if p in counts] + sorted(p for p in counts if p not in PHASE_ORDER)
+    return ["| phase | runs | share |", "|---|---|---|",
+            *(f"| {p} | {counts[p]} | {counts[p] / total:.0%} |" for p in names)]
+
+
+def parent_note(spec: Spec, kind: str, status: str, counts: dict[str, int], configurations: int, wall_s: float,
+                figure: str, extra: list[str] | tuple = ()) -> str:
+    """The parent's description (markdown): the outcome first, then what ran, then the spec."""
+    trial = spec.first_trial()
+    train, phases = trial.train, trial.phases
+    steps = "swept" if "train.steps" in spec.axes else f"{train.steps:,}"
+    lines = [f"**{spec.name}**: {kind} launch {status.lower()}, {configurations} configurations, "
+             f"{wall_s / 60:.1f} min wall.", "",
+             *phase_rows(counts), "",
+             f"- seeds: {', '.join(map(str, spec.seeds))} (each configuration is one seed)",
+             f"- budget: {steps} steps per run; a phase is decided at accuracy {phases.threshold:g} within "
+             f"{phases.budget:,} steps (gap {phases.gap:,})",
+             *(f"- {axis}: {_axis_text(values)}" for axis, values in spec.axes.items()),
+             *(f"- {line}" for line in extra),
+             f"- {figure}", ""]
+    spec_text = yaml.safe_dump(spec.raw, sort_keys=False)
+    room = NOTE_MAX - len("\n".join(lines)) - 60
+    if len(spec_text) > room:
+        spec_text = spec_text[:max(0, room)] + "\n# ... (cut: the whole spec is the artifact spec.resolved.yaml)\n"
+    return "\n".join([*lines, "Spec (resolved):", "", "```yaml", spec_text.rstrip(), "```"])
+
+
+def draw_diagram(uri: str, parent_run_id: str) -> str:
+    """The phase diagram and steps heatmap of the parent's children, logged under analysis/; a line for the note."""
+    from analysis.pipeline import analyze  # matplotlib: loaded when a launch closes, not when it starts
+
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            analyze(d, parent_run_id=parent_run_id, tracking_uri=uri, log=True)
+        except ValueError as exc:  # one searched key, no finished configuration, ...
+            return f"no phase diagram: {exc}"
+    return f"phase diagram: artifacts `{ANALYSIS_DIR}/phase_diagram.png` (steps: `{ANALYSIS_DIR}/steps_heatmap.png`)"
+
+
+def report_on_parent(parent: ParentRun, spec: Spec, kind: str, status: str, counts: dict[str, int],
+                     configurations: int, wall_s: float, extra: list[str] | tuple = ()) -> float:
+    """Draw the figures and write the note on the parent; returns the seconds it took. Never raises."""
+    t0 = time.time()
+    try:
+        figure = draw_diagram(parent.uri, parent.run_id)
+        parent.set_tag(NOTE_TAG, parent_note(spec, kind, status, counts, configurations, wall_s, figure, extra))
+    except Exception as exc:  # noqa: BLE001 - the sweep is done and recorded; its description must not undo that
+        print(f"grokray: could not write the parent run's description: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+    return time.time() - t0

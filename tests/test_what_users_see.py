@@ -1,0 +1,83 @@
+"""What a researcher sees of a sweep in MLflow is what happened: each curve ends where its run stopped (crossing
+included), each run's duration is its own, and the parent run describes the sweep and carries its phase diagram.
+One real sweep on a local Ray: a pack of two members, one that generalizes at step ~400 and one that memorizes
+and trains its whole budget."""
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from grokray.engine import make_trainer
+from grokray.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
+TWO = ["sweep.optim.decoder.lr.values=[1e-3,1e-2]", "sweep.optim.decoder.weight_decay.values=[0]", "seeds=[1]",
+       "train.steps=6000", "phases.budget=6000", "resources.pack_size=2"]
+
+
+def test_an_early_stopped_curve_ends_at_its_stop_and_shows_the_crossing():
+    # the issue's example: quickstart lr 1e-4, wd 5, seed 1 crosses val 0.9 between two scheduled points
+    spec = load_spec(QUICKSTART, ["optim.decoder.lr=1e-4", "optim.decoder.weight_decay=5", "seeds=[1]"])
+    trainer = make_trainer([spec.first_trial()])
+    trainer.run()
+    [r] = trainer.results()
+    assert r.phase == "grokking" and r.steps_run < 10_000
+    curve = dict(zip(r.curve["step"], r.curve["val/acc"], strict=True))
+    assert r.curve["step"][-1] == r.steps_run and curve[r.steps_run] >= 0.9  # the chart reaches the threshold
+    assert r.step_val in curve and curve[r.step_val] >= 0.9
+    assert max(v for s, v in curve.items() if s < r.step_val) < 0.9  # and it is the first point that does
+    train = dict(zip(r.curve["step"], r.curve["train/acc"], strict=True))
+    assert train[r.step_train] >= 0.9
+
+
+@pytest.fixture(scope="module")
+def sweep(local_ray, tmp_path_factory):
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
+
+    tmp = tmp_path_factory.mktemp("seen")
+    spec = load_spec(QUICKSTART, TWO)
+    summary = run_sweep(spec, LaunchOptions(tracking_uri=f"sqlite:///{tmp}/mlflow.db", storage=str(tmp / "r"),
+                                            progress=False))
+    client = MlflowClient(summary.tracking_uri)
+    children = {r.data.tags["grokray.phase"]: r for r in client.search_runs(
+        [summary.experiment_id], f"tags.mlflow.parentRunId = '{summary.parent_run_id}'")}
+    assert set(children) == {"comprehension", "memorization"} and summary.packs == 1
+    return summary, client, children
+
+
+def test_every_curve_ends_with_its_values_at_the_step_it_stopped(sweep):
+    summary, client, children = sweep
+    for run in children.values():
+        stop = int(run.data.metrics["steps_run"])
+        for key in ("train/acc", "val/acc", "train/loss", "val/loss"):
+            history = client.get_metric_history(run.info.run_id, key)
+            assert history[-1].step == stop, key
+    fast = children["comprehension"]
+    val = {m.step: m.value for m in client.get_metric_history(fast.info.run_id, "val/acc")}
+    crossing = int(fast.data.metrics["step_val_acc_0.9"])
+    assert val[crossing] >= 0.9 and val[max(val)] >= 0.9 and crossing < 1000
+
+
+def test_a_members_run_lasts_as_long_as_it_trained_not_as_long_as_its_pack(sweep):
+    summary, client, children = sweep
+    fast, slow = children["comprehension"].info, children["memorization"].info
+    assert fast.start_time == slow.start_time  # both start with the pack
+    fast_s, slow_s = (fast.end_time - fast.start_time) / 1e3, (slow.end_time - slow.start_time) / 1e3
+    steps_fast = children["comprehension"].data.metrics["steps_run"]
+    assert steps_fast / 6000 < 0.2 and fast_s < 0.5 * slow_s  # ~7% of the steps: well under half the time
+    assert slow_s <= summary.wall_s
+
+
+def test_the_parent_describes_the_sweep_and_carries_its_phase_diagram(sweep):
+    summary, client, children = sweep
+    parent = client.get_run(summary.parent_run_id)
+    note = parent.data.tags["mlflow.note.content"]
+    assert "**quickstart**: grid launch finished, 2 configurations" in note
+    assert "| comprehension | 1 | 50% |" in note and "| memorization | 1 | 50% |" in note
+    assert "- seeds: 1 " in note and "6,000 steps per run" in note and "optim.decoder.lr: 0.001, 0.01 (2)" in note  # numbers, though typed 1e-3
+    assert "```yaml\nname: quickstart" in note and "analysis/phase_diagram.png" in note
+    figures = {a.path for a in client.list_artifacts(summary.parent_run_id, "analysis")}
+    assert {"analysis/phase_diagram.png", "analysis/steps_heatmap.png"} <= figures

@@ -77,7 +77,8 @@ def test_the_parent_describes_the_sweep_and_carries_its_phase_diagram(sweep):
     note = parent.data.tags["mlflow.note.content"]
     assert "**quickstart**: grid launch finished, 2 configurations" in note
     assert "| comprehension | 1 | 50% |" in note and "| memorization | 1 | 50% |" in note
-    assert "- seeds: 1 " in note and "6,000 steps per run" in note and "optim.decoder.lr: 0.001, 0.01 (2)" in note  # numbers, though typed 1e-3
+    assert "- seeds: 1 " in note and "6,000 steps per run" in note
+    assert "optim.decoder.lr: 0.001, 0.01 (2)" in note  # numbers, though typed 1e-3
     assert "```yaml\nname: quickstart" in note and "analysis/phase_diagram.png" in note
     figures = {a.path for a in client.list_artifacts(summary.parent_run_id, "analysis")}
     assert {"analysis/phase_diagram.png", "analysis/steps_heatmap.png"} <= figures

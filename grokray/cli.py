@@ -346,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except SpecError as exc:
-        print(f"grokray: error: {exc}", file=sys.stderr)
+        for error in exc.errors:  # every mistake found, one line each
+            print(f"grokray: error: {error}", file=sys.stderr)
+        if len(exc.errors) > 1:
+            print(f"grokray: {len(exc.errors)} mistakes; nothing was run", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("grokray: interrupted", file=sys.stderr)

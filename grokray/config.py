@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from .errors import SpecError
+from .errors import Mistakes, SpecError
 
 
 def bounded(default, *, ge=None, gt=None, le=None, lt=None, doc: str = ""):
@@ -153,12 +153,14 @@ def parse_dataclass(cls, data, path: str = ""):
     if not isinstance(data, dict):
         raise SpecError(path or "spec", f"expected a mapping with keys {', '.join(fields)}, got {data!r}")
     hints = typing.get_type_hints(cls)
-    kwargs = {}
+    kwargs, mistakes = {}, Mistakes()
     for key, value in data.items():
-        if key not in fields:
-            raise unknown_key_error(path, key, fields)
-        sub = f"{path}.{key}" if path else str(key)
-        kwargs[key] = coerce(hints[key], value, sub, dict(fields[key].metadata))
+        with mistakes.check():  # every bad key of the block, not only the first
+            if key not in fields:
+                raise unknown_key_error(path, key, fields)
+            sub = f"{path}.{key}" if path else str(key)
+            kwargs[key] = coerce(hints[key], value, sub, dict(fields[key].metadata))
+    mistakes.raise_any()
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
     if validate:

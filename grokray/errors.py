@@ -1,4 +1,9 @@
-"""User-facing errors: one line, naming the field, the bad value and what is allowed."""
+"""User-facing errors: one line, naming the field, the bad value and what is allowed; every mistake of a spec at
+once (`Mistakes`), so a spec with three typos takes one edit, not three runs."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
 
 
 class SpecError(ValueError):
@@ -8,3 +13,46 @@ class SpecError(ValueError):
         self.field = field
         text = f"{field}: {message}" if field else message
         super().__init__(" ".join(text.splitlines()) or text)  # one line even when a bad key holds a newline
+
+    @property
+    def errors(self) -> list[SpecError]:
+        return [self]
+
+
+class SpecErrors(SpecError):
+    """Several independent mistakes, each its own SpecError (`errors`); `field` is the first one's."""
+
+    def __init__(self, errors: list[SpecError]):
+        self._errors = list(errors)
+        super().__init__(errors[0].field, "")
+        self.args = ("; ".join(str(e) for e in self._errors),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    @property
+    def errors(self) -> list[SpecError]:
+        return self._errors
+
+
+class Mistakes:
+    """Collects the SpecErrors of independent checks: `with m.check(): ...` per check, then `m.raise_any()`."""
+
+    def __init__(self):
+        self.errors: list[SpecError] = []
+
+    @contextmanager
+    def check(self):
+        try:
+            yield
+        except SpecError as exc:
+            self.errors += [e for e in exc.errors if str(e) not in {str(x) for x in self.errors}]
+
+    def __bool__(self) -> bool:
+        return bool(self.errors)
+
+    def raise_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise SpecErrors(self.errors)

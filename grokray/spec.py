@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from .config import OptimConfig, PhaseConfig, TrainConfig, bounded, coerce, parse_dataclass, to_dict, unknown_key_error
-from .errors import SpecError
+from .errors import Mistakes, SpecError
 from .models import MODELS
 from .tasks import TASKS
 
@@ -95,37 +95,61 @@ def parse_trial(raw: dict) -> TrialConfig:
     """Resolve one trial config from a plain dict (model family defaults fill unset train/phases fields)."""
     if not isinstance(raw, dict):
         raise SpecError("spec", f"expected a mapping, got {raw!r}")
+    mistakes = Mistakes()  # the blocks are checked independently: every mistake is reported at once
     for key in raw:
-        if key not in TRIAL_KEYS:
-            raise unknown_key_error("", key, TRIAL_KEYS)
+        with mistakes.check():
+            if key not in TRIAL_KEYS:
+                raise unknown_key_error("", key, TRIAL_KEYS)
     for key in ("task", "model"):
-        if key not in raw:
-            raise SpecError(key, f"missing; a spec needs a {key} with a name")
-    _, task = _registered(TASKS, raw["task"], "task")
-    entry, model = _registered(MODELS, raw["model"], "model")
-    family = entry.build
-    family.check_task(model, task, "model")
-    defaults = family.defaults
-    for key in ("train", "phases"):
-        if not isinstance(raw.get(key) or {}, dict):
-            raise SpecError(key, f"expected a mapping of {key} settings, got {raw[key]!r}")
-    train = parse_dataclass(TrainConfig, {**defaults.get("train", {}), **(raw.get("train") or {})}, "train")
-    phases = parse_dataclass(PhaseConfig, {**defaults.get("phases", {}), **(raw.get("phases") or {})}, "phases")
-    optim_raw = raw.get("optim") or {}
+        with mistakes.check():
+            if key not in raw:
+                raise SpecError(key, f"missing; a spec needs a {key} with a name")
+    task = model = entry = None
+    with mistakes.check():
+        _, task = _registered(TASKS, raw.get("task"), "task") if "task" in raw else (None, None)
+    with mistakes.check():
+        entry, model = _registered(MODELS, raw.get("model"), "model") if "model" in raw else (None, None)
+    defaults = entry.build.defaults if entry is not None else {}
+    blocks = {}
+    for key, cls in (("train", TrainConfig), ("phases", PhaseConfig)):
+        with mistakes.check():
+            if not isinstance(raw.get(key) or {}, dict):
+                raise SpecError(key, f"expected a mapping of {key} settings, got {raw[key]!r}")
+            blocks[key] = parse_dataclass(cls, {**defaults.get(key, {}), **(raw.get(key) or {})}, key)
+    optim = {}
+    with mistakes.check():
+        optim = _parse_optim(raw.get("optim") or {}, entry.build.groups if entry is not None else None)
+    with mistakes.check():
+        seed = coerce(int, raw.get("seed", 0), "seed", SEED_RANGE)
+    with mistakes.check():
+        if model is not None and task is not None:
+            entry.build.check_task(model, task, "model")
+    mistakes.raise_any()
+    return TrialConfig(task=task, model=model, optim=optim, train=blocks["train"], phases=blocks["phases"], seed=seed)
+
+
+def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimConfig]:
+    """Every group's OptimConfig (`default` filling each); groups None (the model is unknown): the blocks are
+    still checked on their own, so their mistakes are reported beside the model's."""
     if not isinstance(optim_raw, dict):
         raise SpecError("optim", f"expected a mapping of parameter groups, got {optim_raw!r}")
-    groups = family.groups
+    mistakes = Mistakes()
     for key in optim_raw:
-        if key != "default" and key not in groups:
-            raise unknown_key_error("optim", key, ("default", *groups))
+        with mistakes.check():
+            if groups is not None and key != "default" and key not in groups:
+                raise unknown_key_error("optim", key, ("default", *groups))
     shared = optim_raw.get("default") or {}
-    parse_dataclass(OptimConfig, shared, "optim.default")  # so a mistake there is reported there
+    with mistakes.check():
+        parse_dataclass(OptimConfig, shared, "optim.default")  # so a mistake there is reported there (once)
+    if mistakes:
+        shared = {}
     optim = {}
-    for g in groups:
-        merged = {**(shared if isinstance(shared, dict) else {}), **(optim_raw.get(g) or {})}
-        optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
-    seed = coerce(int, raw.get("seed", 0), "seed", SEED_RANGE)
-    return TrialConfig(task=task, model=model, optim=optim, train=train, phases=phases, seed=seed)
+    for g in groups if groups is not None else [k for k in optim_raw if k != "default"]:
+        with mistakes.check():
+            merged = {**(shared if isinstance(shared, dict) else {}), **(optim_raw.get(g) or {})}
+            optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
+    mistakes.raise_any()
+    return optim
 
 
 def set_dotted(raw: dict, dotted: str, value) -> None:
@@ -273,9 +297,12 @@ def build_spec(
     """scale: "smoke" or "reduced" applies that preset of the spec ("paper" or None: the spec as written).
     presets: further (where, overrides) pairs applied after the scale and before the -s overrides."""
     raw = copy.deepcopy(raw)
-    for key in raw:
-        if key not in SPEC_KEYS:
-            raise unknown_key_error("", key, SPEC_KEYS)
+    mistakes = Mistakes()  # independent checks: a spec with three typos reports three lines
+    for key in list(raw):
+        with mistakes.check():
+            if key not in SPEC_KEYS:
+                raw.pop(key)
+                raise unknown_key_error("", key, SPEC_KEYS)
     if scale is not None and scale not in SCALES:
         raise SpecError("--scale", f"got {scale!r}; allowed: {', '.join(SCALES)}")
     if scale in PRESETS:
@@ -283,50 +310,89 @@ def build_spec(
             declared = [p for p in PRESETS if p in raw]
             raise SpecError("--scale", f"the spec has no {scale}: preset; it declares: "
                             f"{', '.join(declared) or 'none'} (and paper, the spec itself)")
-        apply_preset(raw, raw[scale] or {}, scale)
+        with mistakes.check():
+            apply_preset(raw, raw[scale] or {}, scale)
     for where, preset in presets:
-        apply_preset(raw, preset, where)
+        with mistakes.check():
+            apply_preset(raw, preset, where)
     notes = []
     for item in overrides:
-        if "=" not in item:
-            raise SpecError("-s", f"got {item!r}; expected key=value, e.g. optim.decoder.lr=3e-4")
-        key, text = item.split("=", 1)
-        _check_top(key.strip(), "-s")
-        pinned = _set_override(raw, key.strip(), parse_value(text))
-        if pinned:
-            notes.append(f"-s {key.strip()}={text} pins the {pinned}")
+        with mistakes.check():
+            if "=" not in item:
+                raise SpecError("-s", f"got {item!r}; expected key=value, e.g. optim.decoder.lr=3e-4")
+            key, text = item.split("=", 1)
+            _check_top(key.strip(), "-s")
+            pinned = _set_override(raw, key.strip(), parse_value(text))
+            if pinned:
+                notes.append(f"-s {key.strip()}={text} pins the {pinned}")
     name = raw.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise SpecError("name", f"expected a non-empty string, got {name!r}")
-    seeds = raw.get("seeds", [0])
-    seeds = coerce(list[int], seeds if isinstance(seeds, list) else [seeds], "seeds", SEED_RANGE)
-    if not seeds:
-        raise SpecError("seeds", "expected at least one seed")
-    resources = parse_dataclass(ResourcesConfig, raw.get("resources") or {}, "resources")
-    artifacts = parse_dataclass(ArtifactsConfig, raw.get("artifacts"), "artifacts")
+    with mistakes.check():
+        if not isinstance(name, str) or not name:
+            raise SpecError("name", f"expected a non-empty string, got {name!r}")
+    seeds = [0]
+    with mistakes.check():
+        given = raw.get("seeds", [0])
+        seeds = coerce(list[int], given if isinstance(given, list) else [given], "seeds", SEED_RANGE)
+        if not seeds:
+            raise SpecError("seeds", "expected at least one seed")
+    resources, artifacts = ResourcesConfig(), ArtifactsConfig()
+    with mistakes.check():
+        resources = parse_dataclass(ResourcesConfig, raw.get("resources") or {}, "resources")
+    with mistakes.check():
+        artifacts = parse_dataclass(ArtifactsConfig, raw.get("artifacts"), "artifacts")
     sweep = raw.get("sweep") or {}
-    if not isinstance(sweep, dict):
-        raise SpecError("sweep", f"expected a mapping of dotted field -> axis, got {sweep!r}")
-    axes = {key: axis_values(f"sweep.{key}", axis) for key, axis in sweep.items()}
+    with mistakes.check():
+        if not isinstance(sweep, dict):
+            sweep = {}
+            raise SpecError("sweep", f"expected a mapping of dotted field -> axis, got {raw.get('sweep')!r}")
+    axes = {}
+    for key, axis in sweep.items():
+        with mistakes.check():
+            axes[key] = axis_values(f"sweep.{key}", axis)
     if "seed" in axes:  # seeds are the innermost axis (packed as neighbours); one way to say them, not two
-        if "seeds" in raw:
-            raise SpecError("sweep.seed", "the seeds are given twice: keep either `seeds: [...]` or `sweep.seed`")
-        seeds = coerce(list[int], axes.pop("seed"), "sweep.seed", SEED_RANGE)
-    log_axes = {key for key, axis in sweep.items() if "logspace" in axis}
+        with mistakes.check():
+            if "seeds" in raw:
+                raise SpecError("sweep.seed", "the seeds are given twice: keep either `seeds: [...]` or `sweep.seed`")
+            seeds = coerce(list[int], axes.pop("seed"), "sweep.seed", SEED_RANGE)
+        axes.pop("seed", None)
+    log_axes = {key for key, axis in sweep.items() if isinstance(axis, dict) and "logspace" in axis}
     base = {k: raw[k] for k in TRIAL_KEYS[:-1] if k in raw}
     spec = Spec(name=name, raw=raw, base=base, axes=axes, seeds=seeds, resources=resources, log_axes=log_axes,
                 artifacts=artifacts, notes=notes)
-    parse_trial(base)  # the base itself must be valid
-    for key, values in axes.items():  # each axis must name a real field; every value must be valid
-        if key.split(".")[0] not in TRIAL_KEYS:
-            raise unknown_key_error("sweep", key.split(".")[0], TRIAL_KEYS)
-        first = {k: v[0] for k, v in axes.items()}
-        for value in values:
-            try:
-                spec.trial({**first, key: value})
-            except SpecError as exc:
-                raise SpecError(f"sweep.{key}", str(exc)) from None
+    with mistakes.check():
+        parse_trial(base)  # the base itself must be valid
+    _check_axes(spec, mistakes, {str(e) for e in mistakes.errors})
+    mistakes.raise_any()
     return spec
+
+
+def _check_axes(spec: Spec, mistakes: Mistakes, reported: set[str]) -> None:
+    """Each axis must name a real field and every value must be valid. An axis is first tried alone on the base,
+    so a typo in one axis is reported under that axis; its values then with the first value of every good axis.
+    `reported`: the base's own mistakes, which every trial repeats and which are not the axis's."""
+
+    def attempt(key: str, point: dict) -> bool:
+        try:
+            spec.trial(point)
+        except SpecError as exc:
+            own = [e for e in exc.errors if str(e) not in reported]
+            for e in own:
+                with mistakes.check():
+                    raise SpecError(f"sweep.{key}", str(e))
+            return not own
+        return True
+
+    good = {}
+    for key, values in spec.axes.items():
+        if key.split(".")[0] not in TRIAL_KEYS:
+            with mistakes.check():
+                raise unknown_key_error("sweep", key.split(".")[0], TRIAL_KEYS)
+        elif attempt(key, {key: values[0]}):
+            good[key] = values
+    first = {k: v[0] for k, v in good.items()}
+    for key, values in good.items():
+        for value in values[1:]:
+            attempt(key, {**first, key: value})
 
 
 def _set_override(raw: dict, key: str, value) -> str | None:

@@ -104,3 +104,32 @@ def test_no_traceback_from_the_real_console_script(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "grokray: error: train.steps: got -5; must be >= 1"
     assert Path(spec).exists()
+
+
+THREE_MISTAKES = {**GOOD, "task": {**GOOD["task"], "pp": 7}, "train": {"stepz": 3},
+                  "sweep": {"optim.default.lr": {"values": [1e-3, -1.0]}}}
+
+
+def test_every_mistake_is_reported_one_line_each(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(THREE_MISTAKES))
+    code = main(["run", str(spec), "--dry-run", "-s", "phases.budgett=5", "-s", "optim.default.weight_decay=abc",
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not (tmp_path / "m.db").exists()
+    fields = [line.removeprefix("grokray: error: ").split(":")[0] for line in lines[:-1]]
+    assert sorted(fields) == sorted(["task.pp", "train.stepz", "phases.budgett", "optim.default.weight_decay",
+                                     "sweep.optim.default.lr"]), lines
+    assert lines[-1] == "grokray: 5 mistakes; nothing was run"
+
+
+def test_a_typo_in_the_second_axis_is_reported_under_that_axis():
+    from grokray.errors import SpecError
+    from grokray.spec import build_spec
+
+    raw = {**GOOD, "sweep": {"optim.default.lr": {"values": [1e-3, 1e-2]},
+                             "optim.default.weight_decy": {"values": [0, 1]}}}
+    with pytest.raises(SpecError) as err:
+        build_spec(raw)
+    assert [e.field for e in err.value.errors] == ["sweep.optim.default.weight_decy"]
+    assert "did you mean 'weight_decay'" in str(err.value)

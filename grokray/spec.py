@@ -21,19 +21,18 @@ import yaml
 from .config import OptimConfig, PhaseConfig, TrainConfig, bounded, coerce, parse_dataclass, to_dict, unknown_key_error
 from .errors import Mistakes, SpecError
 from .models import MODELS
+from .overrides import apply_preset, check_top, parse_value, set_dotted, set_override
+from .spec_keys import (
+    AXIS_KINDS,
+    MAX_AXIS_POINTS,
+    PRESETS,
+    SCALES,
+    SEED_RANGE,
+    SPEC_KEYS,
+    TRIAL_KEYS,
+    UNHASHED_KEYS,
+)
 from .tasks import TASKS
-
-TRIAL_KEYS = ("task", "model", "optim", "train", "phases", "seed")
-SCALES = ("smoke", "reduced", "paper")  # presets a spec may declare; "paper" is the spec itself
-PRESETS = SCALES[:-1]
-SPEC_KEYS = ("name", "description", *TRIAL_KEYS[:-1], "seeds", "sweep", "resources", *PRESETS, "search", "adaptive",
-             "artifacts", "atlas")
-# Keys that say how to run or document a spec, not what it trains: left out of its hash, so adding a preset or an
-# atlas note to a spec does not orphan the sweeps already stored under it.
-UNHASHED_KEYS = (*PRESETS, "atlas")
-AXIS_KINDS = ("values", "linspace", "logspace", "range")
-SEED_RANGE = {"ge": 0, "lt": 2**32}  # what every generator accepts, on every device
-MAX_AXIS_POINTS = 100_000  # one axis; checked before numpy builds it (a typo like num: 1e9 would take 8 GB)
 
 
 @dataclass
@@ -152,20 +151,6 @@ def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimCo
     return optim
 
 
-def set_dotted(raw: dict, dotted: str, value) -> None:
-    """raw['a']['b']['c'] = value for 'a.b.c', creating mappings on the way."""
-    parts = dotted.split(".")
-    node = raw
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise SpecError(".".join(parts[: i + 1]), f"is {child!r}, not a mapping, so {dotted!r} cannot be set")
-        node = child
-    node[parts[-1]] = value
-
-
 def axis_values(path: str, axis) -> list:
     """One sweep axis -> its list of values. `logspace: [a, b, n]` is 10**a .. 10**b like numpy."""
     if not isinstance(axis, dict) or len(axis) != 1 or next(iter(axis)) not in AXIS_KINDS:
@@ -241,27 +226,6 @@ class Spec:
         return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def _number_like(value):
-    """YAML 1.1 reads 3e-4 (no dot) as a string, also inside a list: a value that reads as a number is one."""
-    if isinstance(value, list):
-        return [_number_like(v) for v in value]
-    if isinstance(value, str) and value.strip().lower() not in ("nan", "inf", "-inf", "+inf"):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def parse_value(text: str):
-    """A CLI override value: YAML syntax (so `[1, 2]` and `true` work); number-like strings are numbers."""
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    return _number_like(value)
-
-
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
@@ -279,15 +243,6 @@ def read_yaml(path: str | Path) -> dict:
     if not isinstance(raw, dict):
         raise SpecError("spec", f"{path.name} must be a mapping of {', '.join(SPEC_KEYS)}; got {type(raw).__name__}")
     return raw
-
-
-def apply_preset(raw: dict, preset, where: str) -> None:
-    """Apply a mapping of dotted overrides (a scale preset, an atlas piece) to raw, in place."""
-    if not isinstance(preset, dict):
-        raise SpecError(where, f"expected a mapping of dotted overrides, got {preset!r}")
-    for key, value in preset.items():
-        _check_top(key, where)
-        _set_override(raw, key, value)
 
 
 def build_spec(
@@ -321,8 +276,8 @@ def build_spec(
             if "=" not in item:
                 raise SpecError("-s", f"got {item!r}; expected key=value, e.g. optim.decoder.lr=3e-4")
             key, text = item.split("=", 1)
-            _check_top(key.strip(), "-s")
-            pinned = _set_override(raw, key.strip(), parse_value(text))
+            check_top(key.strip(), "-s")
+            pinned = set_override(raw, key.strip(), parse_value(text))
             if pinned:
                 notes.append(f"-s {key.strip()}={text} pins the {pinned}")
     name = raw.get("name", default_name)
@@ -375,10 +330,9 @@ def _check_axes(spec: Spec, mistakes: Mistakes, reported: set[str]) -> None:
         try:
             spec.trial(point)
         except SpecError as exc:
-            own = [e for e in exc.errors if str(e) not in reported]
-            for e in own:
-                with mistakes.check():
-                    raise SpecError(f"sweep.{key}", str(e))
+            own = [SpecError(f"sweep.{key}", str(e)) for e in exc.errors if str(e) not in reported]
+            if own:
+                mistakes.errors += own
             return not own
         return True
 
@@ -393,57 +347,6 @@ def _check_axes(spec: Spec, mistakes: Mistakes, reported: set[str]) -> None:
     for key, values in good.items():
         for value in values[1:]:
             attempt(key, {**first, key: value})
-
-
-def _set_override(raw: dict, key: str, value) -> str | None:
-    """Like set_dotted, but `sweep.<dotted axis>[.<kind>]` addresses an axis whose own name contains dots, and a
-    field that is a sweep axis is pinned: the axis becomes that one value (setting the field under it would be
-    overwritten by every sweep point, so the override would silently do nothing); a searched key likewise. Returns
-    what was pinned and what it held before, for the note the CLI prints, else None."""
-    sweep = raw.get("sweep")
-    if isinstance(sweep, dict) and key in sweep:
-        before = sweep[key]
-        sweep[key] = {"values": [value]}
-        set_dotted(raw, key, value)  # the base agrees, so fields that depend on it (reflection_k) validate
-        kind, arg = next(iter(before.items())) if isinstance(before, dict) and len(before) == 1 else ("", before)
-        return f"sweep axis {key} to that one value (the spec swept {f'{kind}: {arg}' if kind else before})"
-    space = raw.get("search", {}).get("space") if isinstance(raw.get("search"), dict) else None
-    if isinstance(space, dict) and key in space:  # a searched key: the search draws only this value
-        before = space[key]
-        space[key] = {"categorical": [value]}
-        set_dotted(raw, key, value)
-        return f"searched key {key} to that one value (the spec had search space {before})"
-    if key == "seed" and isinstance(sweep, dict) and "seed" in sweep:
-        sweep["seed"] = {"values": [value]}
-        return "sweep axis seed to that one value"
-    if not key.startswith("sweep."):
-        set_dotted(raw, key, value)
-        return None
-    rest = key[len("sweep."):]
-    sweep = raw.get("sweep")
-    if sweep is None:
-        sweep = raw["sweep"] = {}
-    if not isinstance(sweep, dict):
-        raise SpecError("sweep", f"expected a mapping of dotted field -> axis, got {sweep!r}")
-    for axis in sorted(sweep, key=len, reverse=True):
-        if rest == axis:
-            sweep[axis] = value
-            return None
-        if rest.startswith(axis + ".") and rest[len(axis) + 1 :] in AXIS_KINDS:
-            sweep[axis] = {rest[len(axis) + 1 :]: value}  # a new kind replaces the axis
-            return None
-    kind = rest.rsplit(".", 1)[-1]
-    if kind in AXIS_KINDS and "." in rest:
-        sweep[rest.rsplit(".", 1)[0]] = {kind: value}
-    else:
-        sweep[rest] = value
-    return None
-
-
-def _check_top(key: str, where: str):
-    top = key.split(".")[0]
-    if top not in SPEC_KEYS:
-        raise unknown_key_error(where, top, SPEC_KEYS)
 
 
 def load_spec(path: str | Path, overrides=(), scale: str | None = None) -> Spec:

@@ -14,14 +14,16 @@ MAX_LINES = 400
 
 # Lower imports nothing higher. A module may import its own package and anything of a lower rank.
 RANKS = {
-    "grokray.errors": 0, "grokray.contracts": 0, "grokray.config": 1, "grokray.registry": 1,
+    "grokray.errors": 0, "grokray.contracts": 0, "grokray.spec_keys": 0, "grokray.config": 1,
+    "grokray.registry": 1, "grokray.overrides": 2,
     "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3, "grokray.models": 4, "grokray.spec": 5,
     "grokray.engine": 6,
     "grokray.tracking": 2,  # the ground floor of the driver side: only errors and config below it
     "grokray.plan": 7, "grokray.search": 8, "analysis": 8, "grokray.run": 9, "grokray.atlas": 10,
     "grokray.terminal": 10, "grokray.cli": 11, "grokray": 11,
 }
-CORE = ("grokray.errors", "grokray.contracts", "grokray.config", "grokray.registry", "grokray.phases",
+CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.config", "grokray.registry",
+        "grokray.overrides", "grokray.phases",
         "grokray.tasks", "grokray.optim", "grokray.models", "grokray.spec", "grokray.engine")
 PURE = (*CORE, "grokray.plan", "grokray.tracking.schema")  # no Ray, MLflow or Optuna
 # Function-level imports of grokray or analysis modules, each with its reason.

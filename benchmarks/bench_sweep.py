@@ -123,7 +123,7 @@ def run_grokray(steps: int, workdir: Path) -> dict:
 
     spec = grid_spec(steps)
     options = LaunchOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
-                           storage=str(workdir / "grokray-results"), progress=False)
+                           storage=str(workdir / "grokray-results"), progress="never")
     t0 = time.perf_counter()
     summary = run_sweep(spec, options)  # validates, starts Ray (opening MLflow meanwhile), runs, stops Ray
     wall = time.perf_counter() - t0

@@ -40,7 +40,7 @@ def _launch_options(args) -> LaunchOptions:
     """The options every driver takes, from whichever of them this command offers."""
     fields = {"resume": "resume", "max_concurrent": "max_concurrent", "address": "address",
               "tracking_uri": "tracking_uri", "storage": "storage", "checkpoint_every": "checkpoint_every",
-              "min_report_s": "report_every", "delivery_wait_s": "delivery_wait"}
+              "min_report_s": "report_every", "delivery_wait_s": "delivery_wait", "progress": "progress"}
     return LaunchOptions(**{k: getattr(args, a) for k, a in fields.items() if getattr(args, a, None) is not None})
 
 
@@ -214,7 +214,8 @@ def _atlas(args) -> int:
     from .tracking.client import resolve_tracking_uri
 
     results = build_atlas(specs, args.scale, args.output, resolve_tracking_uri(args.tracking_uri),
-                          resolve_storage(args.storage), run=not args.pages_only, overrides=tuple(args.set))
+                          resolve_storage(args.storage), run=not args.pages_only, overrides=tuple(args.set),
+                          progress=args.progress)
     print(f"\n{'figure':<40} {'estimate':>9} {'measured':>9} {'ratio':>6}  page")
     for r in results:
         if r.page is None:
@@ -255,7 +256,14 @@ def _launch_flags() -> argparse.ArgumentParser:
     flags.add_argument("--delivery-wait", type=float, default=60.0, metavar="SECONDS",
                        help="after a tracking outage, how long to retry the held-back metrics before leaving "
                             "them on disk for `grokray replay` (default: 60)")
+    _progress_flag(flags)
     return flags
+
+
+def _progress_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
+                   help="auto: a live line on a terminal, a plain line at most every 30 s in a log (nohup, ray job "
+                        "submit, CI); always: plain lines even on a terminal; never")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -315,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--storage", default=None, metavar="PATH",
                        help="Ray Tune results and search journals (default: ./grokray-results)")
     atlas.add_argument("--pages-only", action="store_true", help="write pages from what MLflow holds; run nothing")
+    _progress_flag(atlas)
     atlas.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                        help="dotted override for every piece of every figure, after the pieces' own (repeatable); "
                             "the pages quote it in their commands")

@@ -26,7 +26,7 @@ def test_adaptive_sweep_stops_and_resumes_without_rerunning(local_ray, tmp_path)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     spec = smoke_spec()
     opts = dict(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=100, min_report_s=0.0,
-                progress=False)
+                progress="never")
     first = run_adaptive(spec, LaunchOptions(**opts), max_rounds=1)
     assert first.interrupted and first.rounds == 1 and first.trials == 9 and first.errored_trials == 0
     client = MlflowClient(uri)

@@ -127,7 +127,7 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     spec = _write(tmp_path, SMALL)
     uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "atlas"
     lines = []
-    [result] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress=False, log=lines.append)
+    [result] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress="never", log=lines.append)
     assert [r.action for r in result.records] == ["ran", "ran"]
     client = MlflowClient(uri)
 
@@ -186,7 +186,7 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
 
     # again: both pieces are complete in MLflow, nothing is run, the page is the same
     n_parents = len(_parents(uri, "atlas-test"))
-    [again] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress=False, log=lines.append)
+    [again] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress="never", log=lines.append)
     assert [r.action for r in again.records] == ["skipped", "skipped"]
     assert len(_parents(uri, "atlas-test")) == n_parents
     assert (out / "small-reduced.md").read_text() == page
@@ -197,7 +197,7 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     [partial] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), run=False, log=lines.append)
     assert partial.page is None and partial.error == "pieces not run or not complete: low"
     assert (out / "small-reduced.md").read_text() == page  # --pages-only does not write half a figure
-    [third] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress=False, log=lines.append)
+    [third] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress="never", log=lines.append)
     assert [r.action for r in third.records] == ["resumed", "skipped"]
     assert third.records[0].parent_run_id == low and len(third.records[0].segments) == 2
     assert client.get_run(low).info.status == "FINISHED"
@@ -209,7 +209,7 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     fresh = f"sqlite:///{tmp_path}/fresh.db"
     written = json.loads((out / "small-reduced.json").read_text())  # as the resumed run left it
     page = (out / "small-reduced.md").read_text()
-    [kept] = build_atlas([spec], "reduced", out, fresh, str(tmp_path / "results2"), progress=False, log=lines.append)
+    [kept] = build_atlas([spec], "reduced", out, fresh, str(tmp_path / "results2"), progress="never", log=lines.append)
     assert kept.page == out / "small-reduced.md" and not any(r.parent_run_id for r in kept.records)
     assert kept.measured_s == pytest.approx(written["measured_s"]) and "kept" in lines[-1]
     assert (out / "small-reduced.md").read_text() == page
@@ -222,7 +222,7 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     assert "(no discussion yet" in page
     (out / "notes").mkdir(exist_ok=True)
     (out / "notes" / "small-reduced.md").write_text("**Matches.** the low-lr piece groks.\n")
-    build_atlas([spec], "reduced", out, fresh, str(tmp_path / "results2"), progress=False, log=lines.append)
+    build_atlas([spec], "reduced", out, fresh, str(tmp_path / "results2"), progress="never", log=lines.append)
     refreshed = (out / "small-reduced.md").read_text()
     head = page[:page.index("## Against the paper")]
     assert refreshed == head + "## Against the paper\n\n**Matches.** the low-lr piece groks.\n"

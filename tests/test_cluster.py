@@ -48,7 +48,7 @@ def test_trials_run_on_both_nodes(two_nodes, tmp_path):
     assert len(nodes) == 2
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=3"], scale="smoke")
     summary = run_sweep(spec, LaunchOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
-                                           storage=str(tmp_path / "results"), progress=False, min_report_s=0.0,
+                                           storage=str(tmp_path / "results"), progress="never", min_report_s=0.0,
                                            checkpoint_every=100))
     assert summary.errored_trials == 0 and summary.packs >= 2
     used = {m["node_id"] for m in summary.trial_metrics}

@@ -66,7 +66,7 @@ def test_packs_share_declared_gpus_and_fail_with_their_placement(ray_with_declar
                                   "sweep.optim.decoder.weight_decay.values=[0,5]"])  # 4 packs of one, 0.5 GPU each
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     summary = run_sweep(spec, LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), max_failures=0,
-                                           progress=False))
+                                           progress="never"))
     # the sweep went on to the end: every pack failed on its own, with the reason, and the parent says FAILED
     assert summary.packs == 4 and summary.errored_trials == 4 and len(summary.trial_errors) == 4
     placed = {}

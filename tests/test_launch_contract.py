@@ -86,7 +86,7 @@ def test_each_driver_launches_through_the_same_layer_and_the_atlas_skips_it_once
     assert piece.kind == kind
     uri, storage = f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "results")
     lines = []
-    [record] = run_figure(figure, uri, storage, progress=False, log=lines.append)
+    [record] = run_figure(figure, uri, storage, progress="never", log=lines.append)
     assert record.action == "ran"
     client = MlflowClient(uri)
     parent = client.get_run(record.parent_run_id)
@@ -100,6 +100,6 @@ def test_each_driver_launches_through_the_same_layer_and_the_atlas_skips_it_once
     counted = sum(int(v) for k, v in tags.items() if k.startswith("grokray.phase_count."))
     assert counted == len(children) == int(tags["grokray.configurations"])
     # the same figure again: complete in MLflow, nothing is launched
-    [again] = run_figure(figure, uri, storage, progress=False, log=lines.append)
+    [again] = run_figure(figure, uri, storage, progress="never", log=lines.append)
     assert again.action == "skipped" and again.parent_run_id == record.parent_run_id
     assert len(client.search_runs([parent.info.experiment_id], "tags.`grokray.role` = 'parent'")) == 1

@@ -105,7 +105,7 @@ def launch(kind: str, spec, uri: str, tmp_path, **kw):
     from grokray.run.search import run_search
 
     options = LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=50,
-                            min_report_s=1.0, progress=False, max_concurrent=2, **kw)
+                            min_report_s=1.0, progress="never", max_concurrent=2, **kw)
     return (run_adaptive if kind == "adaptive" else run_search)(spec, options)
 
 

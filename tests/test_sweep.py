@@ -22,7 +22,7 @@ def _options(tmp_path, uri, **kw):
     from grokray.run.options import LaunchOptions
 
     return LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=100,
-                        min_report_s=0.0, progress=False, **kw)
+                        min_report_s=0.0, progress="never", **kw)
 
 
 def check_tracking(summary, spec):
@@ -145,19 +145,47 @@ def test_sweep_logs_through_an_mlflow_server(local_ray, tmp_path, mlflow_server,
     assert len(direct.search_runs([exp.experiment_id], max_results=1000)) == 1 + len(spec.points())
 
 
-def test_progress_line_counts_and_stays_quiet_without_tty(capsys):
+def test_progress_is_a_live_line_on_a_terminal_and_plain_lines_in_a_log(capsys, monkeypatch):
     from grokray.run.progress import ProgressLine
 
     class T:
         def __init__(self, i):
             self.trial_id = str(i)
 
-    line = ProgressLine(total_configs=10, total_work=10 * 100, enabled=None)
-    line.setup()  # stdout is captured, not a terminal: the line stays off
-    line.on_trial_result(0, [], T(0), {"members_done": 3, "members": 5, "step": 100,
-                                       "phases": {"grokking": 1, "confusion": 2}})
+    first = {"members_done": 3, "members": 5, "step": 100, "phases": {"grokking": 1, "confusion": 2}}
+    line = ProgressLine(total_configs=10, total_work=10 * 100, mode="auto", every_s=3600)
+    line.setup()  # stdout is captured, not a terminal: plain lines, at most one per interval
+    assert line.plain and not line.live
+    line.on_trial_result(0, [], T(0), first)
     line.on_trial_result(0, [], T(1), {"members_done": 0, "members": 5, "step": 50, "phases": {}})
+    line.on_trial_complete(0, [], T(1))
     line.on_experiment_end([])
-    assert capsys.readouterr().out == ""
-    text = line.line()
-    assert text.startswith("[grokray] 3/10 configurations | confusion 2 grokking 1 |") and "ETA" in text
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and "\r" not in "".join(out)  # the first result, then where it ended
+    assert out[0].split(" ", 1)[1].startswith("[grokray] 3/10 configurations | confusion 2 grokking 1 |")
+    assert "ETA" in out[1]
+    never = ProgressLine(10, 1000, mode="never")
+    never.setup()
+    never.on_trial_result(0, [], T(0), first)
+    never.on_experiment_end([])
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    live = ProgressLine(10, 1000, mode="auto")
+    live.setup()
+    assert live.live and not live.plain
+    live.on_trial_result(0, [], T(0), first)
+    live.on_experiment_end([])
+    assert capsys.readouterr().out.startswith("\r[grokray] 3/10 configurations")
+
+
+def test_a_sweep_in_a_log_says_how_far_it_is(tmp_path):
+    """`grokray run` with stdout in a file (nohup, ray job submit): progress lines, not minutes of silence."""
+    log = tmp_path / "run.log"
+    with log.open("w") as out:
+        code = subprocess.run([sys.executable, "-m", "grokray.cli", "run", str(QUICKSTART), "--scale", "smoke",
+                               "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--storage", str(tmp_path / "r")],
+                              stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, timeout=300).returncode
+    text = log.read_text()
+    assert code == 0, text
+    n = len(load_spec(QUICKSTART, scale="smoke").points())
+    progress = [line for line in text.splitlines() if "[grokray] " in line and "configurations |" in line]
+    assert progress and progress[-1].split(" ", 1)[1].startswith(f"[grokray] {n}/{n} configurations"), text

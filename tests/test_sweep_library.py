@@ -42,7 +42,7 @@ def test_atlas_smoke_runs_every_figure_and_writes_its_page(local_ray, tmp_path):
     from grokray.atlas.build import build_atlas
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    results = build_atlas(SPECS, "smoke", tmp_path / "atlas", uri, str(tmp_path / "results"), progress=False)
+    results = build_atlas(SPECS, "smoke", tmp_path / "atlas", uri, str(tmp_path / "results"), progress="never")
     assert [r.error for r in results] == [""] * len(SPECS)
     client = MlflowClient(uri)
     for r in results:

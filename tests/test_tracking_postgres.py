@@ -75,7 +75,7 @@ def test_a_sweep_through_a_postgres_backed_server(local_ray, tmp_path, postgres_
     pg, server = postgres_server
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=4"], scale="smoke")
     summary = run_sweep(spec, LaunchOptions(tracking_uri=server.url, storage=str(tmp_path / "results"),
-                                           min_report_s=0.0, checkpoint_every=100, progress=False))
+                                           min_report_s=0.0, checkpoint_every=100, progress="never"))
     assert summary.errored_trials == 0 and summary.configurations == 8
     runs = pg.sql("SELECT r.run_uuid, r.status, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
                   "AND t.key = 'grokray.phase'")

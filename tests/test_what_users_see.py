@@ -40,7 +40,7 @@ def sweep(local_ray, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("seen")
     spec = load_spec(QUICKSTART, TWO)
     summary = run_sweep(spec, LaunchOptions(tracking_uri=f"sqlite:///{tmp}/mlflow.db", storage=str(tmp / "r"),
-                                            progress=False))
+                                            progress="never"))
     client = MlflowClient(summary.tracking_uri)
     children = {r.data.tags["grokray.phase"]: r for r in client.search_runs(
         [summary.experiment_id], f"tags.mlflow.parentRunId = '{summary.parent_run_id}'")}

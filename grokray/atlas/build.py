@@ -56,7 +56,7 @@ def piece_timings(figure: Figure, records: list[PieceRecord], tracking_uri: str)
 
 
 def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracking_uri: str, storage: str, *,
-                run: bool = True, progress: bool | None = None, log=print,
+                run: bool = True, progress: str = "auto", log=print,
                 overrides: tuple[str, ...] = ()) -> list[FigureResult]:
     figures = plan_atlas(paths, scale, overrides)  # every spec, piece and atlas block checked before anything runs
     results = []

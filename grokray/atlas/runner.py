@@ -175,7 +175,7 @@ def _start_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, r
 
 
 def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = True,
-               progress: bool | None = None, log=print) -> list[PieceRecord]:
+               progress: str = "auto", log=print) -> list[PieceRecord]:
     """Run (or skip, or resume) every piece of one figure; returns what each piece did and its wall time.
     run=False only looks up what is stored (a piece never run gives action 'missing', one interrupted or still
     running 'incomplete')."""

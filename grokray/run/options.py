@@ -21,7 +21,7 @@ class LaunchOptions:
     # one: Tune asks for a few results per second across a cluster, and a lost node costs <= this much.
     # None: the driver's default (30 s; a search reports every chunk, which ASHA and Optuna read).
     min_report_s: float | None = None
-    progress: bool | None = None  # the live line; None: only when stdout is a terminal
+    progress: str = "auto"  # auto: a live line on a terminal, plain lines every 30 s in a log; always; never
     num_cpus: int | None = None  # local Ray only
     max_failures: int = 3  # Tune's retries of a trial whose worker died
     delivery_wait_s: float = 60.0  # after a tracking outage: how long a pack, then the driver, retries the backlog
@@ -38,6 +38,8 @@ class LaunchOptions:
             raise SpecError("--report-every", f"got {self.min_report_s}; must be >= 0")
         if self.delivery_wait_s < 0:
             raise SpecError("--delivery-wait", f"got {self.delivery_wait_s}; must be >= 0")
+        if self.progress not in ("auto", "always", "never"):
+            raise SpecError("--progress", f"got {self.progress!r}; allowed: auto, always, never")
         if self.max_failures < 0:
             raise SpecError("max_failures", f"got {self.max_failures}; must be >= 0")
 

@@ -1,5 +1,7 @@
-"""The live line of a launch: configurations done of the total, phase counts so far, an ETA. A Tune callback,
-shown for every driver, silent unless stdout is a terminal."""
+"""The progress of a launch: configurations done of the total, phase counts so far, an ETA. A Tune callback,
+shown for every driver. On a terminal it is one live line; in a log (nohup, `ray job submit`, CI) a plain
+timestamped line at most every 30 s, so a long sweep is never minutes of silence. Modes: auto (by the output),
+always (plain lines even on a terminal), never."""
 
 from __future__ import annotations
 
@@ -16,25 +18,36 @@ def _fmt_s(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-class ProgressLine(tune.Callback):
-    """One live line: configurations done/total, phase counts so far, ETA. Silent unless stdout is a TTY."""
+PROGRESS_MODES = ("auto", "always", "never")
+PLAIN_EVERY_S = 30.0
 
-    def __init__(self, total_configs: int, total_work: float, enabled: bool | None = None):
+
+class ProgressLine(tune.Callback):
+    """Configurations done/total, phase counts so far, ETA: a live line or plain lines (see the module doc)."""
+
+    def __init__(self, total_configs: int, total_work: float, mode: str = "auto", every_s: float = PLAIN_EVERY_S):
         self.total_configs = total_configs
         self.total_work = max(total_work, 1.0)
-        self.enabled = enabled
+        self.mode, self.every_s = mode, every_s
+        self.live = self.plain = False
         self._reset()
 
     def _reset(self):
         self.latest: dict[str, dict] = {}
         self.start = time.time()
         self.last_draw = 0.0
+        self.last_plain = -float("inf")
         self.width = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.live or self.plain
 
     def setup(self, **info):
         self._reset()
-        if self.enabled is None:
-            self.enabled = sys.stdout.isatty()
+        tty = sys.stdout.isatty()
+        self.live = self.mode == "auto" and tty
+        self.plain = self.mode == "always" or (self.mode == "auto" and not tty)
 
     def line(self) -> str:
         done = sum(r.get("members_done", 0) for r in self.latest.values())
@@ -51,7 +64,14 @@ class ProgressLine(tune.Callback):
         return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {_fmt_s(elapsed)} {eta}"
 
     def _draw(self, force=False):
-        if not self.enabled or (not force and time.time() - self.last_draw < 0.5):
+        if self.plain:
+            if force or time.time() - self.last_plain >= self.every_s:
+                self.last_plain = time.time()
+                stamp = time.strftime("%H:%M:%S")
+                sys.stdout.write(f"{stamp} {self.line()}\n")
+                sys.stdout.flush()
+            return
+        if not self.live or (not force and time.time() - self.last_draw < 0.5):
             return
         self.last_draw = time.time()
         text = self.line()
@@ -64,10 +84,12 @@ class ProgressLine(tune.Callback):
         self._draw()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._draw(force=True)
+        self._draw(force=self.live)  # a live line moves at once; a log gets a line per interval
 
     def on_experiment_end(self, trials, **info):
-        if self.enabled and self.width:
+        if self.plain and self.latest:
+            self._draw(force=True)  # where it ended
+        elif self.live and self.width:
             self._draw(force=True)
             sys.stdout.write("\n")
             sys.stdout.flush()

@@ -23,7 +23,7 @@ def _train(args) -> int:
     import torch
 
     from .engine import run_trial
-    from .terminal import curve_table
+    from .terminal import curve_table, phase_line
 
     spec = _load(args)
     config = spec.first_trial()
@@ -31,9 +31,29 @@ def _train(args) -> int:
         raise SpecError("--device", "cuda requested but no CUDA device is available; allowed here: cpu")
     result = run_trial(config, device=args.device)
     print(curve_table(result))
-    print(f"phase: {result.phase}  (train>=thr at step {result.step_train}, val>=thr at step {result.step_val}, "
-          f"gap {result.gap}, steps run {result.steps_run})")
+    print(phase_line(result, config.phases.threshold))
     return 0
+
+
+EXAMPLES = """examples:
+  grokray train sweeps/quickstart.yaml -s optim.decoder.lr=3e-4       one configuration, its curve and phase
+  grokray run sweeps/quickstart.yaml --dry-run                         configurations, packs, time estimate
+  grokray run sweeps/quickstart.yaml                                   the sweep on Ray Tune, tracked in MLflow
+  grokray analyze --experiment quickstart -o figures                   phase diagram and steps heatmap
+  grokray search sweeps/degrok_toy.yaml --scale smoke                  Optuna search for the fastest generalization
+  grokray ui                                                           MLflow's UI on this directory's runs
+  grokray atlas --scale smoke sweeps/quickstart.yaml                   a figure's page in docs/atlas
+
+`grokray COMMAND --help` lists each command's options."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("grokray")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _launch_options(args) -> LaunchOptions:
@@ -92,6 +112,10 @@ def _run_adaptive(spec, args) -> int:
 def _run(args) -> int:
     from .plan.expand import check_size, expand, n_configs
     spec = _load(args)
+    if spec.raw.get("search") and not spec.axes:  # it would train the start point alone and call that a sweep
+        scale = f" --scale {args.scale}" if args.scale else ""
+        raise SpecError("search", f"{args.spec} is a search (a search: block, no sweep axes): run `grokray search "
+                        f"{args.spec}{scale}`; `grokray run` trains a spec's sweep grid")
     if args.adaptive or spec.raw.get("adaptive"):
         return _run_adaptive(spec, args)
     if args.max_configs < 1:
@@ -152,6 +176,9 @@ def _search(args) -> int:
     cfg = parse_search(spec)  # the search block and every searched field are validated before anything starts
     if args.n_trials is not None and args.n_trials < 1:
         raise SpecError("--n-trials", f"got {args.n_trials}; must be >= 1")
+    _launch_options(args).validate()
+    if args.dry_run:
+        return _search_dry_run(spec, cfg, args)
 
     from .run.search import run_search
 
@@ -176,12 +203,35 @@ def _search(args) -> int:
     return _finish(summary, spec.name)
 
 
-def _analyze(args) -> int:
+def _search_dry_run(spec, cfg, args) -> int:
+    from .plan.estimate import BudgetUse, estimate_plan, plan_budget
+    from .search.config import search_plan
     from .tracking.client import resolve_tracking_uri
+    from .tracking.history import measured_budget_use
+
+    n = args.n_trials if args.n_trials is not None else cfg.n_trials
+    plan = search_plan(spec, n)
+    found = measured_budget_use(resolve_tracking_uri(args.tracking_uri), spec.name, plan_budget(plan))
+    estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, slots=cfg.max_concurrent,
+                             use=BudgetUse(*found) if found else None)
+    space = "; ".join(f"{k}: {d.describe()}" for k, d in cfg.space.items())
+    print(f"study:          {cfg.study} ({cfg.sampler} sampler, seed {cfg.seed}"
+          + (", ASHA pruning" if cfg.asha else "") + ")")
+    print(f"search space:   {space}")
+    print(f"objective:      {', '.join(cfg.objective)} (a trial that never generalizes scores {cfg.penalty:g})")
+    print(f"trials:         {n}, {cfg.max_concurrent} at once; each trains one configuration up to "
+          f"{plan_budget(plan):,} steps")
+    print("\n".join(line for line in estimate.lines() if not line.startswith(("configurations:", "packs:"))))
+    print("(the start point's cost stands for every trial: the searched values change it as the study runs)")
+    return 0
+
+
+def _analyze(args) -> int:
+    from .tracking.client import existing_store
 
     if args.experiment is None and args.parent is None:
         raise SpecError("--experiment", "give the experiment (the spec's name) or --parent RUN_ID")
-    uri = resolve_tracking_uri(args.tracking_uri)
+    uri = existing_store(args.tracking_uri)  # a reading command never creates a store
     from analysis.pipeline import analyze, summary_lines
 
     try:
@@ -211,9 +261,10 @@ def _atlas(args) -> int:
         print(f"grokray: {note}", file=sys.stderr)
     from .atlas.build import build_atlas
     from .run.cluster import resolve_storage
-    from .tracking.client import resolve_tracking_uri
+    from .tracking.client import existing_store, resolve_tracking_uri
 
-    results = build_atlas(specs, args.scale, args.output, resolve_tracking_uri(args.tracking_uri),
+    uri = existing_store(args.tracking_uri) if args.pages_only else resolve_tracking_uri(args.tracking_uri)
+    results = build_atlas(specs, args.scale, args.output, uri,
                           resolve_storage(args.storage), run=not args.pages_only, overrides=tuple(args.set),
                           progress=args.progress)
     print(f"\n{'figure':<40} {'estimate':>9} {'measured':>9} {'ratio':>6}  page")
@@ -267,7 +318,9 @@ def _progress_flag(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grokray", description="Phase-diagram sweeps of grokking models.")
+    parser = argparse.ArgumentParser(prog="grokray", description="Phase-diagram sweeps of grokking models.",
+                                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"grokray {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     tracking, launching = _tracking_flag(), _launch_flags()
 
@@ -280,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train one configuration (the first sweep point) and print its phase")
     common(train)
-    train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    train.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                       help="where to train the configuration (default: cpu; cuda needs a CUDA build of torch)")
     train.set_defaults(func=_train)
 
     run = sub.add_parser("run", parents=[launching, tracking],
@@ -311,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(search)
     search.add_argument("--n-trials", type=int, default=None, metavar="N",
                         help="trials the study should hold when done (default: search.n_trials)")
+    search.add_argument("--dry-run", action="store_true",
+                        help="print the study, its space, trials, budget and a cost estimate; start nothing")
+    search.add_argument("--no-calibrate", action="store_true",
+                        help="with --dry-run: assume a flat model-steps/s instead of timing the start point here")
     search.set_defaults(func=_search)
 
     atlas = sub.add_parser("atlas", parents=[tracking],

@@ -22,6 +22,20 @@ def curve_table(result, rows: int = 12) -> str:
     return "\n".join(lines)
 
 
+def phase_line(result, threshold: float) -> str:
+    """`grokray train`'s verdict in words: a crossing that never happened says so instead of printing None."""
+
+    def crossed(step, what):
+        if step is None:
+            return f"{what} acc never >= {threshold:g}"
+        return f"{what} acc >= {threshold:g} at step {step:,}"
+
+    parts = [crossed(result.step_train, "train"), crossed(result.step_val, "val")]
+    if result.gap is not None:
+        parts.append(f"grokking gap {result.gap:,} steps")
+    return f"phase: {result.phase}  ({'; '.join(parts)}; {result.steps_run:,} steps run)"
+
+
 def phase_table(counts: dict[str, int], total: int | None = None) -> str:
     """Counts per phase (the four of Liu et al. first, then any others such as diverged), with shares."""
     total = total if total is not None else sum(counts.values())

@@ -18,12 +18,12 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import SpecError
 from ..plan.estimate import BudgetUse, estimate_plan, plan_budget
-from ..plan.expand import Member, Pack, Plan, expand
+from ..plan.expand import expand
 from ..run.adaptive import run_adaptive
 from ..run.grid import run_sweep
 from ..run.options import LaunchOptions
 from ..run.search import run_search
-from ..search.config import parse_search, start_point, start_trial
+from ..search.config import parse_search, search_plan
 from ..tracking.client import find_parent
 from ..tracking.history import measured_budget_use
 from ..tracking.schema import (
@@ -82,9 +82,7 @@ def estimate_piece(piece: PieceRun, tracking_uri: str | None = None):
     slots = None
     if piece.kind == "search":
         cfg = parse_search(piece.spec)
-        member = Member(start_trial(piece.spec), start_point(piece.spec))
-        plan, slots = Plan(piece.spec, [Pack(f"trial-{i:04d}", [member]) for i in range(cfg.n_trials)]), \
-            cfg.max_concurrent
+        plan, slots = search_plan(piece.spec, cfg.n_trials), cfg.max_concurrent
     else:
         plan = expand(piece.spec)
     found = measured_budget_use(tracking_uri, piece.spec.name, plan_budget(plan))

@@ -70,6 +70,20 @@ def members_that_fit(need_bytes: int, free_bytes: int, gpu_fraction: float = 1.0
     return int(free_bytes * GPU_FRACTION * gpu_fraction // max(1, need_bytes))
 
 
+def cpu_pack_size_reason(config) -> str:
+    """Why the CPU rule gives the K it gives, in words (the dry-run prints it: a plan of one-member packs is
+    otherwise a mystery)."""
+    cap = max_pack_size(config)
+    if cap == 1:
+        return f"{config.model.registry_name} trains one configuration at a time"
+    need = max(1, member_bytes(make_trainer([config], device="cpu")))
+    k = int(CPU_WORKING_SET // need)
+    mb = f"{need / 2**20:.1f} MB per member, {CPU_WORKING_SET // 2**20} MB working set per CPU pack"
+    if k <= 1:
+        return f"one member per pack: {mb} (resources.pack_size: N packs more, at a cache cost)"
+    return f"up to {min(k, MAX_PACK, cap or MAX_PACK)} members per pack: {mb}"
+
+
 def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: float = 1.0,
                    free_bytes: int | None = None) -> int:
     """Pick K from a one-member probe of the model: cache-sized on CPU, memory-sized on a GPU.

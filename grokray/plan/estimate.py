@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.cost import StepCost, calibrate
-from ..engine.sizing import AddressSpaceCap, out_of_memory
+from ..engine.sizing import AddressSpaceCap, cpu_pack_size_reason, out_of_memory
 from .expand import Pack, Plan, local_slots, model_steps
 
 LONG_SHARE = 0.5  # members expected to train their whole budget, without history (measured: 0.15 to 0.85)
@@ -55,17 +55,26 @@ class Estimate:
     basis: str  # how the step costs were obtained
     costs: dict[str, StepCost] = field(default_factory=dict)  # pack id -> calibrated cost (sampled packs)
     use: BudgetUse = PRIOR  # how much of its budget a member was assumed to train
+    packing: str = ""  # why the packs are the size they are
+
+    @property
+    def fixed_seconds(self) -> float:
+        """What the sweep costs besides training: SWEEP_S, and each pack's start spread over the slots."""
+        return SWEEP_S + PACK_START_S * -(-self.packs // max(1, self.slots))
 
     def lines(self) -> list[str]:
         return [
             f"configurations: {self.configurations}",
-            f"packs:          {self.packs}  ({self.slots} at once)",
+            f"packs:          {self.packs}  ({self.slots} at once)" + (f"; {self.packing}" if self.packing else ""),
             f"model-steps:    {self.model_steps}  (sum of min(train.steps, phases.budget))",
             f"estimate:       {fmt_minutes(self.seconds)}  (if the members train {self.use.trained:.0%} of their "
             f"budget on average; upper bound {fmt_minutes(self.upper_seconds)} if every one trains all of it)",
             f"budget use:     {self.use.share:.0%} of the members train their whole budget, {self.use.trained:.0%} "
             f"of it on average ({self.use.basis})",
             f"step costs:     {self.basis}",
+            f"fixed costs:    {fmt_minutes(self.fixed_seconds)} of the estimate: {SWEEP_S:.0f} s per sweep (Ray up and "
+            f"down, the parent run, the closing report) and {PACK_START_S:.0f} s per pack start (a worker process, "
+            f"its imports, the pack's runs)",
         ]
 
 
@@ -173,7 +182,21 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
         upper.append(pack_seconds(pack, cost, expected=False))
     slots = slots or _slots(plan, cpus)
     return Estimate(plan.n_configs, len(plan.packs), plan.model_steps, SWEEP_S + schedule(expected, slots),
-                    SWEEP_S + schedule(upper, slots), slots, basis, costs, use)
+                    SWEEP_S + schedule(upper, slots), slots, basis, costs, use, packing_reason(plan))
+
+
+def packing_reason(plan: Plan) -> str:
+    """Why the plan's packs are the size they are: the spec's pack_size, free GPU memory, or the CPU rule."""
+    res = plan.spec.resources
+    if not plan.packs:
+        return ""
+    if res.pack_size != "auto":
+        return f"resources.pack_size: {res.pack_size}"
+    if res.gpu > 0:
+        return "auto: as many members as the GPU's free memory holds"
+    with AddressSpaceCap():
+        return "auto: " + cpu_pack_size_reason(plan.packs[0].members[0].config) + (
+            f", split to keep {_slots(plan, None)} slots busy" if len(plan.packs) > 1 else "")
 
 
 def _cuda() -> bool:

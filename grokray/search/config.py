@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..config import check_block, coerce, unknown_key_error
 from ..errors import SpecError
+from ..plan.expand import Member, Pack, Plan
 from ..spec import TRIAL_KEYS, Spec
 
 OBJECTIVES = ("time_to_generalize", "grokking_gap")
@@ -45,6 +46,11 @@ class Dist:
     high: float | int | None = None
     log: bool = False
     choices: tuple = ()
+
+    def describe(self) -> str:
+        if self.kind == "categorical":
+            return "one of " + ", ".join(map(str, self.choices))
+        return f"{self.kind} in [{self.low:g}, {self.high:g}]" + (" (log)" if self.log else "")
 
     def sample_points(self) -> list:
         """Values used to validate the field before anything starts: both ends, or every choice."""
@@ -220,6 +226,13 @@ def start_point(spec: Spec) -> dict:
 
 def start_trial(spec: Spec):
     return spec.trial(start_point(spec))
+
+
+def search_plan(spec: Spec, n_trials: int) -> Plan:
+    """What the cost estimate sees of a search: `n_trials` one-configuration packs at the start point (the trials'
+    own values are drawn as it runs, so the start point stands for them)."""
+    member = Member(start_trial(spec), start_point(spec))
+    return Plan(spec, [Pack(f"trial-{i:04d}", [member]) for i in range(n_trials)])
 
 
 def trial_config(spec: Spec, params: dict):

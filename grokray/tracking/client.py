@@ -16,6 +16,7 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from ..errors import SpecError
 from .schema import PHASE_TAG, TRIAL_KEY_TAG, children_filter, parent_filter
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -40,6 +41,27 @@ def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) 
     if "://" not in uri:
         return str((base / uri).resolve())
     return uri
+
+
+def local_store_path(uri: str) -> Path | None:
+    """The file (SQLite) or directory (file store) of a local tracking URI; None for a server or :memory:."""
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///"):]
+        return None if path == ":memory:" else Path(path)
+    if "://" not in uri or uri.startswith("file:"):
+        return Path(uri.removeprefix("file://"))
+    return None
+
+
+def existing_store(uri: str | None) -> str:
+    """The resolved URI of a store that already exists. Reading commands (analyze, atlas --pages-only, ui) call
+    it first: opening a missing SQLite file or directory through MLflow would create an empty store there."""
+    resolved = resolve_tracking_uri(uri)
+    path = local_store_path(resolved)
+    if path is not None and not path.exists():
+        raise SpecError("--tracking-uri", f"no MLflow store at {path} ({resolved}); run a sweep here first, or "
+                        "name the store with --tracking-uri or MLFLOW_TRACKING_URI")
+    return resolved
 
 
 def ui_hint(uri: str) -> str:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from .client import search_all, server_answers
+from .client import local_store_path, search_all, server_answers
 from .schema import PARENT, PARENT_ID_TAG, PHASE_TAG, ROLE_TAG, STEPS_RUN_METRIC
 
 MIN_RUNS = 8  # fewer classified runs at one budget say too little to replace the prior
@@ -34,11 +33,9 @@ class BudgetShare:
 
 
 def _store_exists(uri: str) -> bool:
-    if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///"):]
-        return path != ":memory:" and Path(path).is_file()
-    if "://" not in uri or uri.startswith("file:"):
-        return Path(uri.removeprefix("file://")).is_dir()
+    path = local_store_path(uri)
+    if path is not None:
+        return path.exists()
     if uri.startswith("http"):
         return server_answers(uri)  # a dry-run must not hang on a server that is down
     return True

@@ -1,0 +1,68 @@
+"""The CLI says what it does: version, examples, readable verdicts, a clear refusal where a command is the wrong
+one, a dry-run for every launching command, and reading commands that never create a store."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from grokray.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
+DEGROK = ROOT / "sweeps" / "degrok_toy.yaml"
+
+
+def test_version_and_help_with_examples(capsys):
+    with pytest.raises(SystemExit) as ok:
+        main(["--version"])
+    assert ok.value.code == 0 and capsys.readouterr().out.startswith("grokray 0.")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and "grokray run sweeps/quickstart.yaml --dry-run" in out
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "where to train the configuration" in capsys.readouterr().out  # --device says what it is
+
+
+def test_train_says_never_instead_of_none(capsys):
+    assert main(["train", str(QUICKSTART), "--scale", "smoke", "-s", "optim.decoder.lr=1e-2",
+                 "-s", "optim.decoder.weight_decay=0"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("phase: memorization") and "None" not in last and "val acc never >= 0.9" in last
+
+
+def test_reading_commands_create_no_store(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["analyze", "--experiment", "nosuch", "-o", "out"]) == 2
+    assert main(["atlas", "--scale", "smoke", str(QUICKSTART), "--pages-only", "-o", "pages"]) == 2
+    assert "no MLflow store at" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []  # no mlflow.db, no mlruns, no output directory
+
+
+def test_run_on_a_search_spec_points_to_search(capsys):
+    assert main(["run", str(DEGROK), "--scale", "smoke", "--dry-run"]) == 2
+    assert f"run `grokray search {DEGROK} --scale smoke`" in capsys.readouterr().err
+
+
+def test_search_dry_run_pins_and_estimates_without_starting_anything(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    assert main(["search", str(DEGROK), "--scale", "smoke", "--dry-run", "--no-calibrate", "--n-trials", "5",
+                 "-s", "optim.decoder.lr=3e-4", "--tracking-uri", uri]) == 0
+    captured = capsys.readouterr()
+    assert "pins the searched key optim.decoder.lr" in captured.err
+    assert "optim.decoder.lr: one of 0.0003" in captured.out and "trials:         5, " in captured.out
+    assert "estimate:" in captured.out and "fixed costs:" in captured.out
+    assert not (tmp_path / "m.db").exists() and not (tmp_path / "grokray-results").exists()
+
+
+def test_dry_run_says_why_packs_hold_one_member(capsys):
+    assert main(["run", str(ROOT / "sweeps" / "power_transformer_ops.yaml"), "--dry-run", "--no-calibrate",
+                 "--tracking-uri", "sqlite:////nonexistent/m.db"]) == 0
+    out = capsys.readouterr().out
+    packs = next(line for line in out.splitlines() if line.startswith("packs:"))
+    assert "one member per pack" in packs and "MB per member" in packs and "resources.pack_size" in packs
+    fixed = next(line for line in out.splitlines() if line.startswith("fixed costs:"))
+    assert "per sweep" in fixed and "per pack start" in fixed

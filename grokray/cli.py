@@ -7,6 +7,7 @@ import sys
 
 from .errors import SpecError
 from .run.options import LaunchOptions
+from .terminal import EXAMPLES, package_version
 
 
 def _load(args):
@@ -35,27 +36,6 @@ def _train(args) -> int:
     return 0
 
 
-EXAMPLES = """examples:
-  grokray train sweeps/quickstart.yaml -s optim.decoder.lr=3e-4       one configuration, its curve and phase
-  grokray run sweeps/quickstart.yaml --dry-run                         configurations, packs, time estimate
-  grokray run sweeps/quickstart.yaml                                   the sweep on Ray Tune, tracked in MLflow
-  grokray analyze --experiment quickstart -o figures                   phase diagram and steps heatmap
-  grokray search sweeps/degrok_toy.yaml --scale smoke                  Optuna search for the fastest generalization
-  grokray ui                                                           MLflow's UI on this directory's runs
-  grokray atlas --scale smoke sweeps/quickstart.yaml                   a figure's page in docs/atlas
-
-`grokray COMMAND --help` lists each command's options."""
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("grokray")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def _launch_options(args) -> LaunchOptions:
     """The options every driver takes, from whichever of them this command offers."""
     fields = {"resume": "resume", "max_concurrent": "max_concurrent", "address": "address",
@@ -65,23 +45,14 @@ def _launch_options(args) -> LaunchOptions:
 
 
 def _finish(summary, spec_name: str) -> int:
-    """The lines every launch ends with, and its exit code (docs: 0 done, 1 a trial failed or it stopped early,
-    3 metrics left undelivered)."""
-    from .tracking.client import ui_hint
+    """The lines every launch ends with; its exit code (0 done, 1 a trial failed or it stopped early, 3 metrics
+    left undelivered)."""
+    from .terminal import launch_end
 
-    if summary.errored_trials:
-        print(f"{summary.errored_trials} trials failed after retries; rerun with --resume", file=sys.stderr)
-        for reason in sorted(set(summary.trial_errors.values()))[:5]:
-            print(f"  {reason}", file=sys.stderr)
-    elif summary.interrupted:
-        print(f"{summary.kind} launch stopped before the end; continue it with --resume", file=sys.stderr)
-    print(f"MLflow: experiment {spec_name!r}, parent run {summary.parent_run_id}")
-    print(f"open the UI: {ui_hint(summary.tracking_uri)}")
-    if summary.undelivered_points or summary.undelivered_batches:
-        print(f"grokray: MLflow at {summary.tracking_uri} did not take {summary.undelivered_points} metric points "
-              f"({summary.undelivered_batches} batches); they are saved in {summary.undelivered_dir}\n"
-              f"deliver them once it is back: grokray replay {summary.undelivered_dir} "
-              f"--tracking-uri {summary.tracking_uri}", file=sys.stderr)
+    out, err = launch_end(summary, spec_name)
+    print("\n".join(out))
+    if err:
+        print("\n".join(err), file=sys.stderr)
     return summary.exit_code
 
 
@@ -181,31 +152,17 @@ def _search(args) -> int:
         return _search_dry_run(spec, cfg, args)
 
     from .run.search import run_search
+    from .terminal import search_report
 
     summary = run_search(spec, _launch_options(args), n_trials=args.n_trials)
-    other = summary.trials - summary.completed
-    print(f"study {summary.study_name!r}: {summary.completed} trials ({summary.new_trials} run now"
-          + (f"; {other} more failed, interrupted or duplicated" if other else "") + f") in {summary.wall_s:.0f} s")
-    told, queued = summary.recovered
-    if told or queued:
-        print(f"interrupted trials: {told} answered from their finished MLflow run, {queued} run again")
-    for best in summary.best:
-        values = ", ".join(f"{n}={v:g}" for n, v in zip(cfg.objective, best["values"], strict=True))
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())
-        print(f"best trial #{best['number']}: {values} ({best['phase']}); {params}")
-    if summary.journal_path:
-        print(f"study journal: {summary.journal_path}")
-        print(f"  optuna.load_study(study_name={summary.study_name!r}, "
-              f"storage=JournalStorage(JournalFileBackend({summary.journal_path!r})))")
-        print(f"  optuna-dashboard {summary.journal_path}   (serves http://127.0.0.1:8080)")
-    else:
-        print(f"study storage: {summary.storage}")
+    print("\n".join(search_report(summary, cfg, spec.first_trial().phases.threshold)))
     return _finish(summary, spec.name)
 
 
 def _search_dry_run(spec, cfg, args) -> int:
     from .plan.estimate import BudgetUse, estimate_plan, plan_budget
     from .search.config import search_plan
+    from .terminal import search_plan_lines
     from .tracking.client import resolve_tracking_uri
     from .tracking.history import measured_budget_use
 
@@ -214,15 +171,7 @@ def _search_dry_run(spec, cfg, args) -> int:
     found = measured_budget_use(resolve_tracking_uri(args.tracking_uri), spec.name, plan_budget(plan))
     estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, slots=cfg.max_concurrent,
                              use=BudgetUse(*found) if found else None)
-    space = "; ".join(f"{k}: {d.describe()}" for k, d in cfg.space.items())
-    print(f"study:          {cfg.study} ({cfg.sampler} sampler, seed {cfg.seed}"
-          + (", ASHA pruning" if cfg.asha else "") + ")")
-    print(f"search space:   {space}")
-    print(f"objective:      {', '.join(cfg.objective)} (a trial that never generalizes scores {cfg.penalty:g})")
-    print(f"trials:         {n}, {cfg.max_concurrent} at once; each trains one configuration up to "
-          f"{plan_budget(plan):,} steps")
-    print("\n".join(line for line in estimate.lines() if not line.startswith(("configurations:", "packs:"))))
-    print("(the start point's cost stands for every trial: the searched values change it as the study runs)")
+    print("\n".join(search_plan_lines(cfg, n, plan_budget(plan), estimate)))
     return 0
 
 
@@ -246,6 +195,14 @@ def _analyze(args) -> int:
     if result.parent_run_id:
         print(f"logged {len(result.files)} files under analysis/ on parent run {result.parent_run_id}")
     return 0
+
+
+def _ui(args) -> int:
+    from .ui import serve_mlflow, serve_optuna
+
+    if args.optuna:
+        return serve_optuna(args.optuna, args.host, args.port or 8080)
+    return serve_mlflow(args.tracking_uri, args.host, args.port or 5000, args.experiment)
 
 
 def _atlas(args) -> int:
@@ -320,7 +277,7 @@ def _progress_flag(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grokray", description="Phase-diagram sweeps of grokking models.",
                                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"grokray {_version()}")
+    parser.add_argument("--version", action="version", version=f"grokray {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     tracking, launching = _tracking_flag(), _launch_flags()
 
@@ -370,6 +327,18 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--no-calibrate", action="store_true",
                         help="with --dry-run: assume a flat model-steps/s instead of timing the start point here")
     search.set_defaults(func=_search)
+
+    ui = sub.add_parser("ui", parents=[tracking],
+                        help="MLflow's UI on this store (or --optuna: a search's study in optuna-dashboard), on "
+                             "127.0.0.1; prints the address of the sweep's runs")
+    ui.add_argument("--experiment", default=None, metavar="NAME",
+                    help="the experiment to open (default: the one with the latest sweep)")
+    ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine only)")
+    ui.add_argument("--port", type=int, default=None, help="port (default: 5000; with --optuna 8080)")
+    ui.add_argument("--optuna", default=None, metavar="JOURNAL",
+                    help="serve the study journal grokray search wrote, with optuna-dashboard (pip install -e "
+                         "'.[dashboard]')")
+    ui.set_defaults(func=_ui)
 
     atlas = sub.add_parser("atlas", parents=[tracking],
                            help="run every figure's spec at a scale (skipping what MLflow already holds) and write "

@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 PHASE_ORDER = ("comprehension", "grokking", "memorization", "confusion")
+
+EXAMPLES = """examples:
+  grokray train sweeps/quickstart.yaml -s optim.decoder.lr=3e-4       one configuration, its curve and phase
+  grokray run sweeps/quickstart.yaml --dry-run                         configurations, packs, time estimate
+  grokray run sweeps/quickstart.yaml                                   the sweep on Ray Tune, tracked in MLflow
+  grokray analyze --experiment quickstart -o figures                   phase diagram and steps heatmap
+  grokray search sweeps/degrok_toy.yaml --scale smoke                  Optuna search for the fastest generalization
+  grokray ui                                                           MLflow's UI on this directory's runs
+  grokray atlas --scale smoke sweeps/quickstart.yaml                   a figure's page in docs/atlas
+
+`grokray COMMAND --help` lists each command's options."""
 
 
 def curve_table(result, rows: int = 12) -> str:
@@ -47,3 +59,77 @@ def phase_table(counts: dict[str, int], total: int | None = None) -> str:
     if missing > 0:
         lines.append(f"{'(unfinished)':<15} {missing:>5} {missing / max(total, 1):>6.0%}")
     return "\n".join(lines)
+
+
+def search_plan_lines(cfg, n_trials: int, budget: int, estimate) -> list[str]:
+    """`grokray search --dry-run`: the study, its space and objective, the trials and the cost estimate."""
+    space = "; ".join(f"{k}: {d.describe()}" for k, d in cfg.space.items())
+    return [f"study:          {cfg.study} ({cfg.sampler} sampler, seed {cfg.seed}"
+            + (", ASHA pruning" if cfg.asha else "") + ")",
+            f"search space:   {space}",
+            f"objective:      {', '.join(cfg.objective)} (a trial that never generalizes scores {cfg.penalty:g})",
+            f"trials:         {n_trials}, {cfg.max_concurrent} at once; each trains one configuration up to "
+            f"{budget:,} steps",
+            *(line for line in estimate.lines() if not line.startswith(("configurations:", "packs:"))),
+            "(the start point's cost stands for every trial: the searched values change it as the study runs)"]
+
+
+def search_report(summary, cfg, threshold: float) -> list[str]:
+    """What `grokray search` prints when it ends: trials, the best one (never a penalty), where the study is."""
+    other = summary.trials - summary.completed
+    lines = [f"study {summary.study_name!r}: {summary.completed} trials ({summary.new_trials} run now"
+             + (f"; {other} more failed, interrupted or duplicated" if other else "") + f") in {summary.wall_s:.0f} s"]
+    told, queued = summary.recovered
+    if told or queued:
+        lines.append(f"interrupted trials: {told} answered from their finished MLflow run, {queued} run again")
+    if summary.completed and not summary.best:
+        lines.append(f"no trial generalized: all {summary.completed} scored the penalty ({cfg.penalty:g}); none "
+                     f"reached val accuracy {threshold:g} within the budget, so there is no best trial yet")
+    for best in summary.best:
+        values = ", ".join(f"{n}={v:g}" for n, v in zip(cfg.objective, best["values"], strict=True))
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())
+        run = f"; MLflow run {best['mlflow_run_id']}" if best.get("mlflow_run_id") else ""
+        lines.append(f"best trial #{best['number']}: {values} ({best['phase']}); {params}{run}")
+    if summary.journal_path:
+        lines += [f"study journal: {summary.journal_path}",
+                  f"  optuna.load_study(study_name={summary.study_name!r}, "
+                  f"storage=JournalStorage(JournalFileBackend({summary.journal_path!r})))",
+                  f"  grokray ui --optuna {summary.journal_path}   (optuna-dashboard on http://127.0.0.1:8080)"]
+    else:
+        lines.append(f"study storage: {summary.storage}")
+    return lines
+
+
+def launch_end(summary, spec_name: str) -> tuple[list[str], list[str]]:
+    """(stdout, stderr) lines every launch ends with: where its runs are, how to look, what went wrong."""
+    err = []
+    if summary.errored_trials:
+        err.append(f"{summary.errored_trials} trials failed after retries; rerun with --resume")
+        err += [f"  {reason}" for reason in sorted(set(summary.trial_errors.values()))[:5]]
+    elif summary.interrupted:
+        err.append(f"{summary.kind} launch stopped before the end; continue it with --resume")
+    out = [f"MLflow: experiment {spec_name!r}, parent run {summary.parent_run_id}",
+           f"look at it: {ui_command(summary.tracking_uri)}"]
+    if summary.undelivered_points or summary.undelivered_batches:
+        err.append(f"grokray: MLflow at {summary.tracking_uri} did not take {summary.undelivered_points} metric "
+                   f"points ({summary.undelivered_batches} batches); they are saved in {summary.undelivered_dir}")
+        err.append(f"deliver them once it is back: grokray replay {summary.undelivered_dir} "
+                   f"--tracking-uri {summary.tracking_uri}")
+    return out, err
+
+
+def ui_command(uri: str) -> str:
+    """The command that shows a store: `grokray ui` (MLflow's UI on 127.0.0.1), or the server's own address."""
+    if uri.startswith("http"):
+        return f"open {uri}"
+    default = Path.cwd() / "mlflow.db"
+    return "grokray ui" if uri == f"sqlite:///{default}" else f"grokray ui --tracking-uri {uri}"
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("grokray")
+    except PackageNotFoundError:
+        return "unknown (not installed)"

@@ -147,4 +147,36 @@ def test_parent_run_gets_best_params_importances_history_and_pareto(tmp_path):
     import optuna
 
     log_parent_results(client, one, optuna.create_study(), cfg)
-    assert "search/param_importances.csv" not in {a.path for a in client.list_artifacts(one, "search")}
+    local = client.download_artifacts(one, "search/param_importances.csv", str(tmp_path))
+    text = Path(local).read_text()  # the CSV the README promises is there, and says why it is empty
+    assert text.splitlines()[0] == "objective,param,importance,note" and "needs >= 2 completed trials" in text
+
+
+def _phased_study(values_phases, penalty=800.0):
+    import optuna
+
+    study = optuna.create_phased_study(direction="minimize")
+    for value, phase in values_phases:
+        trial = study.ask()
+        trial.set_user_attr("phase", phase)
+        study.tell(trial, value)
+    return study
+
+
+def test_a_penalty_is_never_the_best_trial(tmp_path):
+    from grokray.search.artifacts import history_info, plot_history
+    from grokray.search.config import SearchConfig
+    from grokray.search.study import best_trials
+
+    cfg = SearchConfig(space={}, objective=["time_to_generalize"], penalty=800.0)
+    assert best_trials(_phased_study([(800.0, "memorization"), (800.0, "confusion"), (800.0, "memorization")]), cfg) == []
+    mixed = _phased_study([(800.0, "memorization"), (450.0, "grokking"), (300.0, "comprehension"), (800.0, "confusion")])
+    assert [(b["number"], b["values"]) for b in best_trials(mixed, cfg)] == [(2, [300.0])]
+
+    # the history plot: whole-number trial ticks, and a legend entry only for what is drawn
+    none = _phased_study([(800.0, "memorization"), (800.0, "confusion"), (800.0, "memorization")])
+    drawn = plot_history(history_info(none), "time_to_generalize", 800.0, tmp_path / "h.png")
+    assert drawn["legend"] == ["did not generalize (scored the penalty, 800)"]
+    assert all(t.is_integer() for t in drawn["xticks"]) and (tmp_path / "h.png").stat().st_size > 1000
+    drawn = plot_history(history_info(mixed), "time_to_generalize", 800.0, tmp_path / "m.png")
+    assert drawn["legend"] == ["trial (generalized)", "best so far", "did not generalize (scored the penalty, 800)"]

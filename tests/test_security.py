@@ -75,13 +75,16 @@ def test_no_server_in_the_code_binds_all_interfaces():
     for path in SOURCES:
         text = path.read_text()
         assert "0.0.0.0" not in text and "'::'" not in text and '"::"' not in text, path
-        assert not re.search(r"--host[\"', =]+(?!127\.0\.0\.1|localhost)", text), path
+        for address in re.findall(r"--host[\"', =]+(?:default=[\"'])?(\d+\.\d+\.\d+\.\d+)", text):
+            assert address == "127.0.0.1", path  # a written-out --host is loopback (defaults: the test below)
 
 
-def test_the_ui_hint_serves_loopback():
-    from grokray.tracking.client import ui_hint
+def test_grokray_ui_serves_loopback_unless_told():
+    from grokray.cli import build_parser
+    from grokray.tracking.local_servers import MlflowServer
 
-    assert "127.0.0.1" in ui_hint("sqlite:////tmp/x.db")
+    assert build_parser().parse_args(["ui"]).host == "127.0.0.1"
+    assert MlflowServer("/tmp").host == "127.0.0.1"
 
 
 def test_local_ray_starts_no_dashboard_and_keeps_token_auth(monkeypatch):

@@ -3,6 +3,12 @@ included), each run's duration is its own, and the parent run describes the swee
 One real sweep on a local Ray: a pack of two members, one that generalizes at step ~400 and one that memorizes
 and trains its whole budget."""
 
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from grokray.engine import make_trainer
 from grokray.spec import load_spec
+from grokray.tracking.local_servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
@@ -82,3 +89,38 @@ def test_the_parent_describes_the_sweep_and_carries_its_phase_diagram(sweep):
     assert "```yaml\nname: quickstart" in note and "analysis/phase_diagram.png" in note
     figures = {a.path for a in client.list_artifacts(summary.parent_run_id, "analysis")}
     assert {"analysis/phase_diagram.png", "analysis/steps_heatmap.png"} <= figures
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def rendered(url: str, profile: Path) -> str:
+    """The page's DOM after its scripts ran (MLflow's UI is a single-page app that fetches the runs)."""
+    out = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=30000",
+                          "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", out.stdout))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_grokray_ui_serves_the_sweep_and_stops_cleanly(sweep, tmp_path):
+    summary, client, children = sweep
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "grokray.cli", "ui", "--tracking-uri", summary.tracking_uri,
+                           "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = ui.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/#/experiments/(\d+)/runs)", first)
+        assert url and url.group(2) == summary.experiment_id, first
+        page = rendered(url.group(1), tmp_path / "chromium")
+        assert "quickstart sweep" in page  # the parent run, by its name
+        fast = children["comprehension"].info.run_id
+        run_page = rendered(f"{url.group(1)}/{fast}", tmp_path / "chromium")
+        assert "grokray.phase : comprehension" in run_page
+    finally:
+        ui.send_signal(signal.SIGINT)
+        code = ui.wait(timeout=30)
+    assert code == 0
+    with socket.socket() as s:  # the server went with it
+        assert s.connect_ex(("127.0.0.1", port)) != 0

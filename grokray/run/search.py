@@ -26,6 +26,7 @@ from ..search.artifacts import log_parent_results
 from ..search.config import SearchConfig, parse_search, start_point, trial_config
 from ..search.study import (
     PARENT_RUN_ATTR,
+    RUN_ID_ATTR,
     TRACKING_URI_ATTR,
     best_trials,
     counted,
@@ -46,6 +47,7 @@ from ..tracking.schema import (
     SEARCH_SAMPLER_TAG,
     SEARCH_STORAGE_TAG,
     SEARCH_STUDY_TAG,
+    SEARCH_TRIAL_TAG,
     TRIAL_KEY_TAG,
 )
 from .cluster import check_gpu_request, resolve_storage
@@ -118,14 +120,15 @@ class GrokraySearch(OptunaSearch):
         point = {**{k: v for k, v in start_point(self.spec).items() if k == "seed"}, **params}
         name = f"#{ot_trial.number} " + run_name(point, list(self.cfg.space), self.log_axes)
         pack = {"pack_id": f"search-{key}",
-                "members": [{"config": config.to_dict(), "key": key, "name": name, "point": point}]}
+                "members": [{"config": config.to_dict(), "key": key, "name": name, "point": point,
+                             "tags": {SEARCH_TRIAL_TAG: ot_trial.number, SEARCH_STUDY_TAG: self.cfg.study}}]}
         return {**params, "pack": pack, "optuna_trial": ot_trial.number}
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
         key = self._running.pop(trial_id, None)
         ot_trial = self._ot_trials.get(trial_id)
         if ot_trial is not None and result:
-            for attr in ("phase", "step_train_acc", "step_val_acc", "val/acc", "step"):
+            for attr in ("phase", "step_train_acc", "step_val_acc", "val/acc", "step", RUN_ID_ATTR):
                 if attr in result:
                     ot_trial.set_user_attr(attr.replace("/", "_"), result[attr])
             if not result.get("pack_done"):

@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from ..tracking.client import log_metrics
 from ..tracking.schema import SEARCH_BEST_PHASE_TAG, SEARCH_BEST_TRIAL_TAG, SEARCH_BEST_VALUE_TAG, SEARCH_PARETO_TAG
+from .study import RUN_ID_ATTR, generalized_best
 
 ARTIFACT_DIR = "search"
 
@@ -72,27 +73,34 @@ def pareto_info(study, cfg) -> list[dict]:
     return sorted(front, key=lambda r: (r[cfg.objective[0]], r["number"]))
 
 
-def _plot_history(rows: list[dict], name: str, penalty: float, path: Path) -> None:
+def plot_history(rows: list[dict], name: str, penalty: float, path: Path) -> dict[str, list]:
+    """The optimization history as a PNG; returns what it drew: the legend's labels and the x ticks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ok = [r for r in rows if r["value"] < penalty]
     bad = [r for r in rows if r["value"] >= penalty]
-    ax.scatter([r["number"] for r in ok], [r["value"] for r in ok], s=18, label="trial")
+    if ok:  # a legend entry only for what is drawn
+        ax.scatter([r["number"] for r in ok], [r["value"] for r in ok], s=18, label="trial (generalized)")
+        best = [(r["number"], r["best"]) for r in rows if r["best"] < penalty]
+        ax.step(*zip(*best, strict=True), where="post", color="C3", label="best so far")
     if bad:
         ax.scatter([r["number"] for r in bad], [r["value"] for r in bad], s=18, marker="x", color="grey",
-                   label="did not generalize (penalty)")
-    ax.step([r["number"] for r in rows], [r["best"] for r in rows], where="post", color="C3", label="best so far")
+                   label=f"did not generalize (scored the penalty, {penalty:g})")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trials are numbered, not measured
     ax.set_xlabel("trial")
     ax.set_ylabel(name)
     ax.set_title(f"optimization history: {name}")
-    ax.legend(fontsize=8)
+    legend = ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    drawn = {"legend": [t.get_text() for t in legend.get_texts()], "xticks": [float(t) for t in ax.get_xticks()]}
     plt.close(fig)
+    return drawn
 
 
 def _plot_pareto(study, front: list[dict], cfg, path: Path) -> None:
@@ -130,17 +138,19 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
     metrics = [Metric("search/trials", float(len(study.trials)), now, 0),
                Metric("search/completed", float(len(done)), now, 0)]
     params, tags = {}, {}
-    if done and not cfg.multi:
-        best = study.best_trial
+    front = generalized_best(study, cfg)  # a penalty is not a result: no best until a trial generalized
+    if front and not cfg.multi:
+        best = front[0]
         metrics.append(Metric(f"best/{cfg.objective[0]}", float(best.value), now, 0))
         params = {f"best.{k}": v for k, v in best.params.items()}
         tags = {SEARCH_BEST_TRIAL_TAG: best.number, SEARCH_BEST_VALUE_TAG: best.value,
                 SEARCH_BEST_PHASE_TAG: best.user_attrs.get("phase", "")}
-    elif done:
-        front = study.best_trials
+    elif front:
         metrics += [Metric(f"best/{name}", float(min(t.values[i] for t in front)), now, 0)
                     for i, name in enumerate(cfg.objective)]
         tags = {SEARCH_PARETO_TAG: [t.number for t in front]}
+    elif done:
+        tags = {SEARCH_BEST_PHASE_TAG: f"none of {len(done)} trials generalized"}
     # Params are immutable in MLflow: a resumed study with a new best keeps it in tags and best_params.json.
     existing = client.get_run(run_id).data.params
     params = {k: v for k, v in params.items() if k not in existing}
@@ -151,21 +161,23 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
         d = Path(d)
         files = []
         best_rows = [{"number": t.number, "values": list(t.values), "params": t.params,
-                      "phase": t.user_attrs.get("phase")} for t in (study.best_trials if done else [])]
+                      "phase": t.user_attrs.get("phase"), "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, "")}
+                     for t in front]
         (d / "best.json").write_text(json.dumps(best_rows, indent=1, default=str))
         files.append(d / "best.json")
         imp = importances(study, cfg)
         (d / "param_importances.json").write_text(json.dumps(
             imp or {"note": f"needs >= 2 completed trials with different values; {len(done)} completed"}, indent=1))
         files.append(d / "param_importances.json")
-        if imp:
-            rows = [{"objective": obj, "param": p, "importance": v}
-                    for obj, vals in imp.items() for p, v in vals.items()]
-            _write_csv(rows, d / "param_importances.csv")
-            files.append(d / "param_importances.csv")
+        rows = [{"objective": obj, "param": p, "importance": v, "note": ""}
+                for obj, vals in imp.items() for p, v in vals.items()]
+        rows = rows or [{"objective": ", ".join(cfg.objective), "param": "", "importance": "",
+                         "note": f"needs >= 2 completed trials with different values; {len(done)} completed"}]
+        _write_csv(rows, d / "param_importances.csv")
+        files.append(d / "param_importances.csv")
         trials = [{"number": t.number, "state": t.state.name, **{f"value.{n}": v for n, v in zip(
             cfg.objective, t.values or [], strict=False)}, **t.params,
-            **{k: v for k, v in t.user_attrs.items() if k in ("phase", "trial_key", "duplicate_of")}}
+            **{k: v for k, v in t.user_attrs.items() if k in ("phase", "trial_key", "duplicate_of", RUN_ID_ATTR)}}
             for t in study.trials]
         if trials:
             _write_csv(trials, d / "trials.csv")
@@ -174,7 +186,7 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
             rows = history_info(study, i)
             if rows:
                 path = d / f"optimization_history_{name}.png"
-                _plot_history(rows, name, cfg.penalty, path)
+                plot_history(rows, name, cfg.penalty, path)
                 files.append(path)
         if cfg.multi and done:
             front = pareto_info(study, cfg)

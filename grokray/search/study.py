@@ -14,13 +14,14 @@ from optuna.trial import TrialState
 from ..errors import SpecError
 from ..spec import Spec
 from .config import SearchConfig, trial_config
-from .objective import objective_values
+from .objective import GENERALIZED, objective_values
 
 FINGERPRINT_ATTR = "grokray.fingerprint"
 PARENT_RUN_ATTR = "grokray.mlflow_parent_run_id"
 TRACKING_URI_ATTR = "grokray.tracking_uri"
 OBJECTIVE_ATTR = "grokray.objective"
 SPEC_HASH_ATTR = "grokray.spec_hash"
+RUN_ID_ATTR = "mlflow_run_id"  # a trial's MLflow child run (the run carries the trial number back: schema)
 
 
 def distributions(cfg: SearchConfig) -> dict:
@@ -117,13 +118,24 @@ def counted(study) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
 
 
-def best_trials(study, cfg: SearchConfig) -> list[dict]:
-    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+def generalized_best(study, cfg: SearchConfig) -> list:
+    """The best trials among those that generalized (one; or the Pareto front of several objectives). A trial that
+    never generalized scores the penalty, which is no result: [] when no trial generalized."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.values is not None and all(math.isfinite(v) for v in t.values)
+            and t.user_attrs.get("phase") in GENERALIZED and max(t.values) < cfg.penalty]
     if not done:
         return []
-    trials = study.best_trials if cfg.multi else [study.best_trial]
+    if not cfg.multi:
+        return [min(done, key=lambda t: (t.values[0], t.number))]
+    return [t for t in done if not any(all(a <= b for a, b in zip(o.values, t.values, strict=True))
+                                       and o.values != t.values for o in done)]
+
+
+def best_trials(study, cfg: SearchConfig) -> list[dict]:
     return [{"number": t.number, "params": dict(t.params), "values": list(t.values),
-             "phase": t.user_attrs.get("phase")} for t in trials if all(math.isfinite(v) for v in t.values)]
+             "phase": t.user_attrs.get("phase"), "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, "")}
+            for t in generalized_best(study, cfg)]
 
 
 def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool):
@@ -138,6 +150,7 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
         raise SpecError("--resume", f"no study {cfg.study!r} in {label}; run without --resume to start it")
     if not resume:
         study = optuna.create_study(study_name=cfg.study, storage=storage, directions=directions(cfg))
+        study.set_metric_names(list(cfg.objective))  # the dashboard's axes say time_to_generalize, not Objective 0
         study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
         study.set_user_attr(OBJECTIVE_ATTR, cfg.objective)
         study.set_user_attr(SPEC_HASH_ATTR, spec.hash())

@@ -64,14 +64,6 @@ def existing_store(uri: str | None) -> str:
     return resolved
 
 
-def ui_hint(uri: str) -> str:
-    if uri.startswith("sqlite:"):
-        return f"mlflow ui --backend-store-uri {uri}   (serves http://127.0.0.1:5000)"
-    if uri.startswith("http"):
-        return f"open {uri}"
-    return f"mlflow ui --backend-store-uri {uri}"
-
-
 def is_secret(name: str) -> bool:
     return name not in NOT_SECRET and bool(SECRET.search(name))
 

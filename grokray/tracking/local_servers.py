@@ -121,17 +121,18 @@ class MlflowServer:
     test can stop and start again on the same port and store (a tracking outage). gunicorn=False: MLflow's
     default uvicorn server."""
 
-    def __init__(self, root: str | Path, backend: str | None = None, workers: int = 1, gunicorn: bool = True):
+    def __init__(self, root: str | Path, backend: str | None = None, workers: int = 1, gunicorn: bool = True,
+                 host: str = "127.0.0.1", port: int | None = None):
         self.root = Path(root)
         self.backend = backend or f"sqlite:///{self.root}/server.db"
-        self.port, self.workers, self.gunicorn = free_port(), workers, gunicorn
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.host, self.port, self.workers, self.gunicorn = host, port or free_port(), workers, gunicorn
+        self.url = f"http://{host}:{self.port}"
         self.proc = None
 
     def start(self, timeout_s: float = 90.0) -> MlflowServer:
         mlflow = Path(sys.executable).with_name("mlflow")
         self.proc = subprocess.Popen(
-            [str(mlflow), "server", "--host=127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
+            [str(mlflow), "server", f"--host={self.host}", "--port", str(self.port), "--workers", str(self.workers),
              "--backend-store-uri", self.backend, "--artifacts-destination", str(self.root / "artifacts"),
              *(["--gunicorn-opts", GUNICORN_OPTS] if self.gunicorn else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,

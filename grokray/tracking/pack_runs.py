@@ -109,6 +109,12 @@ class PackTracker:
                                attempts=1 if server else 3)
 
     @property
+    def run_ids(self) -> dict[str, str]:
+        """Trial key -> run id of every member whose run exists (a search links its Optuna trial to it)."""
+        return {r.key: r.run_id or self.courier.resolved.get(r.key, "") for r in self.runs
+                if r.run_id or r.key in self.courier.resolved}
+
+    @property
     def calls(self) -> int:
         """MLflow requests made (the benchmark reports them)."""
         return self._calls + self.courier.calls
@@ -157,7 +163,7 @@ class PackTracker:
                       TASK_TAG: cfg["task"]["name"], TRIAL_KEY_TAG: member["key"], PACK_ID_TAG: self.pack["pack_id"],
                       SPEC_HASH_TAG: target.spec_hash, CODE_VERSION_TAG: target.code_version,
                       SWEPT_TAG: list(target.swept), LOG_AXES_TAG: list(target.log_axes), NODE_TAG: node_id,
-                      STARTS_TAG: 1})
+                      STARTS_TAG: 1, **member.get("tags", {})})
 
     def _deferred(self, member: dict, node_id: str) -> MemberRun:
         create = {"experiment_id": self.target.experiment_id, "run_name": member["name"],

@@ -47,6 +47,7 @@ SEARCH_BEST_TRIAL_TAG = "grokray.search.best_trial"
 SEARCH_BEST_VALUE_TAG = "grokray.search.best_value"
 SEARCH_BEST_PHASE_TAG = "grokray.search.best_phase"
 SEARCH_PARETO_TAG = "grokray.search.pareto_trials"
+SEARCH_TRIAL_TAG = "grokray.search.trial"  # on a search's child run: its Optuna trial number (the trial: mlflow_run_id)
 ATLAS_SCALE_TAG = "grokray.atlas.scale"  # an atlas piece's parent: the scale and the piece it ran
 ATLAS_PIECE_TAG = "grokray.atlas.piece"
 ATLAS_USE_TAG = "grokray.atlas.estimate_budget_use"  # where the piece's estimate took its budget use from

@@ -1,0 +1,119 @@
+"""`grokray ui`: MLflow's UI (or optuna-dashboard) on this machine's runs, on 127.0.0.1, with the address of the
+page to open. `mlflow` is in the project's virtual environment, not on the user's PATH, and MLflow 3's UI opens
+on a GenAI page: the printed address goes straight to the sweep's runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from .errors import SpecError
+from .tracking.client import existing_store
+from .tracking.local_servers import MlflowServer
+from .tracking.schema import PARENT, ROLE_TAG
+
+WHAT_TO_CLICK = """In the runs table: the parent run (the sweep) holds one child run per configuration; expand it
+with the + beside its name. Its description says what ran and what came out; its Artifacts tab holds
+analysis/phase_diagram.png. A child's Model metrics tab draws its curves (val/acc, train/acc); its tags
+hold grokray.phase. To compare runs, tick them and press Compare."""
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((host, port)) != 0
+
+
+def experiment_page(uri: str, experiment: str | None) -> tuple[str, str]:
+    """(experiment id, name) to open: the one named, else the one with the latest grokray sweep."""
+    client = MlflowClient(uri)
+    if experiment is not None:
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            names = [e.name for e in client.search_experiments()]
+            raise SpecError("--experiment", f"no experiment {experiment!r} in {uri}; there are: {', '.join(names)}")
+        return exp.experiment_id, exp.name
+    exps = {e.experiment_id: e.name for e in client.search_experiments()}
+    latest = client.search_runs(list(exps), f"tags.`{ROLE_TAG}` = '{PARENT}'", max_results=1,
+                                order_by=["attributes.start_time DESC"]) if exps else []
+    if not latest:
+        return "", ""
+    exp_id = latest[0].info.experiment_id
+    return exp_id, exps[exp_id]
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _wait(proc: subprocess.Popen) -> None:
+    """Block until Ctrl-C or SIGTERM (both end in the caller's finally) or the server exits."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)  # also when started in the background, where SIGINT is ignored
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+
+
+def serve_mlflow(uri: str | None, host: str, port: int, experiment: str | None) -> int:
+    resolved = existing_store(uri)
+    exp_id, name = experiment_page(resolved, experiment)
+    if not _port_free(host, port):
+        raise SpecError("--port", f"{host}:{port} is in use (another UI?); choose another with --port")
+    with tempfile.TemporaryDirectory() as root:
+        server = MlflowServer(root, backend=resolved, host=host, port=port)
+        server.start()
+        try:
+            page = f"{server.url}/#/experiments/{exp_id}/runs" if exp_id else server.url
+            print(f"MLflow UI on {resolved}: {page}" + (f"   (experiment {name!r})" if name else ""), flush=True)
+            print(WHAT_TO_CLICK, flush=True)
+            print("Ctrl-C stops it.", flush=True)
+            _wait(server.proc)
+        finally:
+            server.stop()
+    return 0
+
+
+def serve_optuna(journal: str, host: str, port: int) -> int:
+    path = Path(journal)
+    if not path.is_file():
+        raise SpecError("--optuna", f"no study journal at {journal} (grokray search prints its path)")
+    exe = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent)) or shutil.which("optuna-dashboard")
+    if exe is None:
+        raise SpecError("--optuna", "optuna-dashboard is not installed: pip install -e '.[dashboard]'")
+    if not _port_free(host, port):
+        raise SpecError("--port", f"{host}:{port} is in use; choose another with --port")
+    proc = subprocess.Popen([exe, str(path), "--storage-class", "JournalFileStorage", "--host", host,
+                             "--port", str(port), "--quiet"], start_new_session=True)
+    url = f"http://{host}:{port}"
+    try:
+        end = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError("optuna-dashboard did not start") from None
+                time.sleep(0.3)
+        print(f"optuna-dashboard on {path}: {url}   (Ctrl-C stops it)", flush=True)
+        _wait(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # its own session: the whole group goes
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+    return 0

@@ -155,7 +155,7 @@ def test_parent_run_gets_best_params_importances_history_and_pareto(tmp_path):
 def _phased_study(values_phases, penalty=800.0):
     import optuna
 
-    study = optuna.create_phased_study(direction="minimize")
+    study = optuna.create_study(direction="minimize")
     for value, phase in values_phases:
         trial = study.ask()
         trial.set_user_attr("phase", phase)
@@ -169,12 +169,13 @@ def test_a_penalty_is_never_the_best_trial(tmp_path):
     from grokray.search.study import best_trials
 
     cfg = SearchConfig(space={}, objective=["time_to_generalize"], penalty=800.0)
-    assert best_trials(_phased_study([(800.0, "memorization"), (800.0, "confusion"), (800.0, "memorization")]), cfg) == []
-    mixed = _phased_study([(800.0, "memorization"), (450.0, "grokking"), (300.0, "comprehension"), (800.0, "confusion")])
+    none = _phased_study([(800.0, "memorization"), (800.0, "confusion"), (800.0, "memorization")])
+    assert best_trials(none, cfg) == []
+    mixed = _phased_study([(800.0, "memorization"), (450.0, "grokking"), (300.0, "comprehension"),
+                           (800.0, "confusion")])
     assert [(b["number"], b["values"]) for b in best_trials(mixed, cfg)] == [(2, [300.0])]
 
     # the history plot: whole-number trial ticks, and a legend entry only for what is drawn
-    none = _phased_study([(800.0, "memorization"), (800.0, "confusion"), (800.0, "memorization")])
     drawn = plot_history(history_info(none), "time_to_generalize", 800.0, tmp_path / "h.png")
     assert drawn["legend"] == ["did not generalize (scored the penalty, 800)"]
     assert all(t.is_integer() for t in drawn["xticks"]) and (tmp_path / "h.png").stat().st_size > 1000

@@ -85,7 +85,9 @@ class PhaseGrid(NamedTuple):
     so in `tie`), `tie` (the top count is shared: "comprehension|memorization", else ""), `agreement` (majority
     count / n), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase, `n_undecodable` (runs whose
     split's ideal val accuracy is below the phase threshold: no model could reach it), `n_generalized` (runs with a
-    val crossing), `median_steps` and `log10_steps` (of `steps_col` over the runs that have one; NaN when none).
+    val crossing), `median_steps` and `log10_steps` (of `steps_col` over the runs that have one; NaN when none),
+    `steps` (the median over the cell's decodable runs with a run that never crossed counted as never: so one fast
+    seed and two that fail give "never", NaN, not the fast seed's steps) and `share_generalized` (of those runs).
     """
 
     cells: pd.DataFrame
@@ -142,15 +144,19 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
         votes = cell.loc[~cell["_undecodable"], "phase"].value_counts().reindex(list(phases), fill_value=0)
         top = [p for p in phases if votes.sum() and votes[p] == votes.max()]
         m = cell["_steps"].median()
+        voters = cell.loc[~cell["_undecodable"], "_steps"]
+        censored = float(np.median(voters.fillna(np.inf))) if len(voters) else np.inf
         row = dict(zip(keys, idx, strict=True))
         row.update(phase=votes.idxmax() if votes.sum() else UNDECODABLE, tie="|".join(top) if len(top) > 1 else "",
                    agreement=float(votes.max()) / int(votes.sum()) if votes.sum() else 1.0, n=int(c.sum()),
                    n_undecodable=int(cell["_undecodable"].sum()), n_generalized=int(cell["_steps"].count()),
-                   median_steps=float(m), log10_steps=float(np.log10(max(m, 1.0))) if pd.notna(m) else np.nan)
+                   median_steps=float(m), log10_steps=float(np.log10(max(m, 1.0))) if pd.notna(m) else np.nan,
+                   steps=censored if np.isfinite(censored) else np.nan,
+                   share_generalized=float(voters.notna().mean()) if len(voters) else np.nan)
         row.update({f"count_{p}": int(c[p]) for p in phases})
         rows.append(row)
     cols = [*keys, "phase", "tie", "agreement", "n", "n_undecodable", "n_generalized", "median_steps", "log10_steps",
-            *(f"count_{p}" for p in phases)]
+            "steps", "share_generalized", *(f"count_{p}" for p in phases)]
     cells = pd.DataFrame(rows, columns=cols)
     cells = cells.sort_values(keys, kind="stable", key=_sort_key).reset_index(drop=True)
     is_log = log_axes(runs, [x, y], declared=df.attrs.get("log_axes", ()) if log is None else log)

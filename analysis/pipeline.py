@@ -18,7 +18,9 @@ from grokray.tracking.schema import ANALYSIS_DIR
 from . import plots
 from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
+from .labels import runs_subtitle
 from .load import load_runs, mlflow_client, parent_runs
+from .plots_diagram import plot_comparison, plot_phase_diagram, plot_steps_heatmap
 from .representations import agop_image, pca
 
 __all__ = ["Analysis", "analyze", "default_axes", "phase_table_text", "summary_lines"]
@@ -170,8 +172,10 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
 
     grid = phase_grid(df, x, y)
     counts = phase_counts(df)
-    files += plots.save_figure(plots.plot_phase_diagram(grid, title=f"{name}: phase diagram"), out / "phase_diagram")
-    files += plots.save_figure(plots.plot_steps_heatmap(grid, title=f"{name}: log10 steps to generalize"),
+    subtitle = runs_subtitle(df)
+    files += plots.save_figure(plot_phase_diagram(grid, title=f"{name}: phase diagram", subtitle=subtitle),
+                               out / "phase_diagram")
+    files += plots.save_figure(plot_steps_heatmap(grid, title=f"{name}: steps to generalize", subtitle=subtitle),
                                out / "steps_heatmap")
     (out / "phase_table.txt").write_text(phase_table_text(counts) + "\n\n" + _cells_text(grid) + "\n")
     grid.cells.to_csv(out / "cells.csv", index=False)
@@ -182,7 +186,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         other = _load(compare_to, tracking_uri)
         other_label = _label(compare_to)
         comparison = compare(df, other, x, y)
-        files += plots.save_figure(plots.plot_comparison(comparison, labels=(name, other_label)), out / "comparison")
+        files += plots.save_figure(plot_comparison(comparison, labels=(name, other_label)), out / "comparison")
         comparison.transitions.to_csv(out / "transitions.csv", index=False)
         comparison.changed.to_csv(out / "changed_cells.csv", index=False)
         files += [out / "transitions.csv", out / "changed_cells.csv"]

@@ -14,14 +14,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PatchCollection
-from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from .diagram import Comparison, FractionCurve, PhaseGrid
+from .diagram import FractionCurve, PhaseGrid
+from .labels import axis_label, tick_label
 
-__all__ = ["PHASE_COLORS", "plot_agop", "plot_comparison", "plot_curves", "plot_embedding_pca",
-           "plot_grokking_time", "plot_phase_diagram", "plot_steps_heatmap", "save_figure"]
+__all__ = ["PHASE_COLORS", "plot_agop", "plot_curves", "plot_embedding_pca",
+           "plot_grokking_time", "save_figure"]  # the phase diagram, heatmap, comparison: analysis.plots_diagram
 
 # Fixed colour per phase, identical in every figure.
 PHASE_COLORS = {
@@ -33,7 +33,6 @@ PHASE_COLORS = {
     "diverged": "#333333",  # near black
 }
 OTHER_COLOR = "#bbbbbb"
-MAX_ANNOTATED = 150  # cells per panel above which agreement is shown by alpha only
 
 
 def new_figure(w: float, h: float) -> Figure:
@@ -70,7 +69,7 @@ def _fmt(v) -> str:
     return str(v)
 
 
-class _Axis:
+class CellAxis:
     """Cell geometry of one diagram axis: numeric (linear or log) or categorical (evenly spaced)."""
 
     def __init__(self, values: list, log: bool):
@@ -111,11 +110,11 @@ class _Axis:
             set_scale("log")
         set_lim(self.edges[0], self.edges[-1])
         if not self.numeric:
-            set_ticks(range(len(self.values)), [_fmt(v) for v in self.values])
+            set_ticks(range(len(self.values)), [tick_label(v) for v in self.values])
         elif len(self.values) <= 12:
-            set_ticks([float(v) for v in self.values], [_fmt(v) for v in self.values])
+            set_ticks([float(v) for v in self.values], [tick_label(v, self.log) for v in self.values])
             (ax.xaxis if which == "x" else ax.yaxis).set_minor_locator(_null_locator())
-        set_label(label + (" (log)" if self.log else ""))
+        set_label(axis_label(label))
         if which == "x" and len(self.values) > 6:
             for t in ax.get_xticklabels():
                 t.set_rotation(45)
@@ -127,11 +126,11 @@ def _null_locator():
     return NullLocator()
 
 
-def _facet_title(grid: PhaseGrid, fv: tuple) -> str:
+def facet_title(grid: PhaseGrid, fv: tuple) -> str:
     return ", ".join(f"{k}={_fmt(v)}" for k, v in zip(grid.facets, fv, strict=True))
 
 
-def _facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
+def facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
     cells = grid.cells
     for k, v in zip(grid.facets, fv, strict=True):
         cells = cells[cells[k] == v]
@@ -140,7 +139,7 @@ def _facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
 
 def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3,
                hatched: Sequence[bool] | None = None) -> None:
-    ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
+    ax_x, ax_y = CellAxis(grid.x_values, grid.x_log), CellAxis(grid.y_values, grid.y_log)
     rects = []
     for xv, yv in zip(cells[grid.x], cells[grid.y], strict=True):
         x0, x1 = ax_x.span(xv)
@@ -155,86 +154,28 @@ def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolor
     ax_y.style(ax, "y", grid.y)
 
 
-def _centre(axis: _Axis, value) -> float:
+def cell_centre(axis: CellAxis, value) -> float:
     a, b = axis.span(value)
     return math.sqrt(a * b) if axis.log else (a + b) / 2
 
 
-def _grid_layout(n: int, panel=(4.2, 3.6), extra_w: float = 2.0):
+def grid_layout(n: int, panel=(4.2, 3.6), extra_w: float = 2.0):
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)
     return nrows, ncols, (panel[0] * ncols + extra_w, panel[1] * nrows)
 
 
 def phase_legend(fig: Figure, phases: Sequence[str], note: str | None = None) -> None:
+    """A legend of the phases given (the ones the figure shows), and a note on how to read it."""
     handles = [Patch(facecolor=phase_color(p), label=p.replace("_", " ")) for p in phases]
     if note:
         handles.append(Patch(facecolor="white", edgecolor="none", label=note))
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="phase")
 
 
-def _phase_panel(ax, grid: PhaseGrid, fv: tuple, annotate: bool | None) -> None:
-    cells = _facet_cells(grid, fv)
-    colors = [to_rgba(phase_color(p), 0.25 + 0.75 * a) for p, a in zip(cells["phase"], cells["agreement"],
-                                                                           strict=True)]
-    draw_cells(ax, grid, cells, colors, hatched=cells["tie"].astype(bool).tolist() if "tie" in cells else None)
-    show = annotate if annotate is not None else len(cells) <= MAX_ANNOTATED
-    if show:
-        ax_x, ax_y = _Axis(grid.x_values, grid.x_log), _Axis(grid.y_values, grid.y_log)
-        for xv, yv, n, agree in zip(cells[grid.x], cells[grid.y], cells["n"], cells["agreement"], strict=True):
-            if n > 1 and agree < 1:
-                ax.text(_centre(ax_x, xv), _centre(ax_y, yv), f"{round(agree * n)}/{n}", ha="center", va="center",
-                        fontsize=7 if len(cells) <= 50 else 5, color="black")
-
-
-def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None,
-                       annotate: bool | None = None) -> Figure:
-    """Majority phase per cell, one panel per facet value. Colour = phase (fixed), opacity = seed agreement;
-    cells where seeds disagree are annotated 'k/n' (majority count / seeds) unless there are too many cells."""
-    nrows, ncols, size = _grid_layout(len(grid.facet_values))
-    fig = new_figure(*size)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    for k, fv in enumerate(grid.facet_values):
-        ax = axes.flat[k]
-        _phase_panel(ax, grid, fv, annotate)
-        if grid.facets:
-            ax.set_title(_facet_title(grid, fv), fontsize=9)
-    for ax in list(axes.flat)[len(grid.facet_values):]:
-        ax.set_visible(False)
-    phase_legend(fig, grid.phases, "faded, k/n: seeds disagree;\nhatched: a tie;\ngrey: no decodable split")
-    fig.suptitle(title or f"phase diagram: {grid.y} vs {grid.x}")
-    return finish_figure(fig, path)
-
-
-def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None) -> Figure:
-    """log10 of the median steps to generalize per cell (companion of the phase diagram); grey = never."""
-    nrows, ncols, size = _grid_layout(len(grid.facet_values), extra_w=1.5)
-    fig = new_figure(*size)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    vals = grid.cells["log10_steps"].to_numpy(dtype=float)
-    finite = vals[np.isfinite(vals)]
-    norm = Normalize(float(finite.min()) if len(finite) else 0.0, float(finite.max()) if len(finite) else 1.0)
-    if norm.vmin == norm.vmax:
-        norm = Normalize(norm.vmin - 0.5, norm.vmax + 0.5)
-    from matplotlib import colormaps
-
-    cmap = colormaps["viridis"]
-    mappable = None
-    for k, fv in enumerate(grid.facet_values):
-        ax = axes.flat[k]
-        cells = _facet_cells(grid, fv)
-        colors = [cmap(norm(v)) if np.isfinite(v) else to_rgba("#dddddd") for v in cells["log10_steps"]]
-        draw_cells(ax, grid, cells, colors)
-        if grid.facets:
-            ax.set_title(_facet_title(grid, fv), fontsize=9)
-    from matplotlib.cm import ScalarMappable
-
-    mappable = ScalarMappable(norm=norm, cmap=cmap)
-    for ax in list(axes.flat)[len(grid.facet_values):]:
-        ax.set_visible(False)
-    fig.colorbar(mappable, ax=axes.ravel().tolist(), label=f"log10 median {grid.steps_col} (grey: never)")
-    fig.suptitle(title or "steps to generalize")
-    return finish_figure(fig, path)
+def titled(fig: Figure, title: str, subtitle: str | None) -> None:
+    """The title, and under it what the figure aggregates (seeds, budget, configurations)."""
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
 
 
 def plot_curves(curves: pd.DataFrame, path=None, *, labels: dict | None = None,
@@ -308,62 +249,6 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
     bottom.set_xlabel(f)
     fig.suptitle(title or "grokking time against data fraction")
     return finish_figure(fig, path)
-
-
-def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A", "B"),
-                    title: str | None = None) -> Figure:
-    """Per facet: diagram A, diagram B, and the changed-cells map (changed cells in B's phase colour with a thick
-    edge in A's; unchanged cells grey; cells present in one experiment only hatched)."""
-    ga, gb = cmp.grid_a, cmp.grid_b
-    union = PhaseGrid(cmp.cells.rename(columns={"phase_b": "phase", "agreement_b": "agreement", "n_b": "n"}),
-                      ga.x, ga.y, ga.facets, ga.x_log or gb.x_log, ga.y_log or gb.y_log,
-                      _merge_values(ga.x_values, gb.x_values), _merge_values(ga.y_values, gb.y_values),
-                      list(dict.fromkeys(ga.facet_values + gb.facet_values)), ga.phases, ga.steps_col)
-    ga = ga._replace(x_values=union.x_values, y_values=union.y_values, x_log=union.x_log, y_log=union.y_log)
-    gb = gb._replace(x_values=union.x_values, y_values=union.y_values, x_log=union.x_log, y_log=union.y_log)
-    nf = len(union.facet_values)
-    fig = new_figure(4.0 * 3 + 2.2, 3.6 * nf)
-    axes = fig.subplots(nf, 3, squeeze=False)
-    for row, fv in enumerate(union.facet_values):
-        for col, (g, name) in enumerate(((ga, labels[0]), (gb, labels[1]))):
-            ax = axes[row, col]
-            if fv in g.facet_values:
-                _phase_panel(ax, g, fv, None)
-            ax.set_title(name + (f"  [{_facet_title(union, fv)}]" if union.facets else ""), fontsize=9)
-        ax = axes[row, 2]
-        cells = _facet_cells(union, fv).sort_values("changed", kind="stable")  # changed last: edges on top
-        both = cells["phase_a"].notna() & cells["phase"].notna()
-        face, edge, width = [], [], []
-        for b, ch, pa, pb in zip(both, cells["changed"], cells["phase_a"], cells["phase"], strict=True):
-            if not b:
-                face.append(to_rgba("white"))
-                edge.append(to_rgba("#999999"))
-                width.append(0.5)
-            elif ch:
-                face.append(to_rgba(phase_color(pb)))
-                edge.append(to_rgba(phase_color(pa)))
-                width.append(2.5)
-            else:
-                face.append(to_rgba("#e6e6e6"))
-                edge.append(to_rgba("white"))
-                width.append(0.3)
-        draw_cells(ax, union, cells, face, edgecolors=edge, linewidths=width)
-        n_changed = int(cells["changed"].sum())
-        ax.set_title(f"changed: {n_changed} cell{'s' if n_changed != 1 else ''} (fill {labels[1]}, edge {labels[0]})",
-                     fontsize=9)
-    lines = [f"{n} {a} → {b}" for a, b, n in zip(cmp.transitions["from"], cmp.transitions["to"],
-                                                  cmp.transitions["cells"], strict=True)]
-    phase_legend(fig, union.phases, None)
-    fig.suptitle(title or (f"{labels[0]} vs {labels[1]}: " + ("; ".join(lines[:4]) if lines else "no phase changed")))
-    return finish_figure(fig, path)
-
-
-def _merge_values(a: list, b: list) -> list:
-    vals = list(dict.fromkeys(list(a) + list(b)))
-    try:
-        return sorted(vals)
-    except TypeError:
-        return sorted(vals, key=str)
 
 
 def plot_agop(image: np.ndarray, path=None, *, p: int | None = None, title: str | None = None) -> Figure:

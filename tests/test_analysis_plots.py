@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from test_analysis_diagram import TABLE, X, Y, make_runs
 
-from analysis import plots
+from analysis import plots, plots_diagram
 from analysis.diagram import compare, generalization_vs_fraction, phase_grid
 from analysis.effective_theory import p_unique_curve
 from analysis.representations import agop_image, pca
@@ -20,15 +20,48 @@ def written(base):
 
 def test_phase_diagram_and_heatmap(tmp_path):
     grid = phase_grid(make_runs(), X, Y)
-    fig = plots.plot_phase_diagram(grid, tmp_path / "phase")
+    fig = plots_diagram.plot_phase_diagram(grid, tmp_path / "phase")
     assert written(tmp_path / "phase")
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
-    labels = {t.get_text() for t in fig.legends[0].get_texts()}
-    assert {"diverged", "val without train", "comprehension", "grokking", "memorization", "confusion"} <= labels
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    # the legend lists the phases the figure shows (no cell's majority is val_without_train), then how to read it
+    assert labels[:5] == ["comprehension", "grokking", "memorization", "confusion", "diverged"]
+    assert labels[5:] == ["faded, k/n: seeds disagree;\nhatched: a tie"]
     assert any(t.get_text() == "2/3" for t in ax.texts)  # seeds disagree in (1e-4, 0)
-    plots.plot_steps_heatmap(grid, tmp_path / "steps")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("decoder lr", "decoder weight decay")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1e-4", "1e-3", "1e-2"]
+    plots_diagram.plot_steps_heatmap(grid, tmp_path / "steps")
     assert written(tmp_path / "steps")
+
+
+def test_subtitle_says_seeds_budget_and_configurations():
+    from analysis.labels import axis_label, runs_subtitle, tick_label
+
+    df = make_runs().assign(**{"phases.budget": 10_000})
+    assert runs_subtitle(df) == "3 seeds (0-2) · budget 10,000 steps · 18 configurations"
+    fig = plots_diagram.plot_phase_diagram(phase_grid(df, X, Y), title="t", subtitle=runs_subtitle(df))
+    assert fig._suptitle.get_text() == "t\n3 seeds (0-2) · budget 10,000 steps · 18 configurations"
+    assert axis_label("optim.embedding.init_scale") == "embedding init scale" and axis_label("task.p") == "p"
+    assert [tick_label(v, log=True) for v in (3.1623e-4, 1e-2, 0.1)] == ["3.2e-4", "1e-2", "1e-1"]
+
+
+def test_a_cell_with_one_fast_seed_and_two_that_fail_is_not_drawn_as_the_fastest():
+    from matplotlib.colors import to_rgba
+
+    table = {(1e-4, 0): ["comprehension", "memorization", "memorization"],  # one seed at 100 steps, two never
+             (1e-3, 0): ["grokking", "grokking", "grokking"],  # every seed at 10,000 steps
+             (1e-2, 0): ["grokking", "comprehension", "grokking"]}  # 10,000, 100, 10,000: median 10,000
+    grid = phase_grid(make_runs(table), X, Y)
+    lucky = grid.cells[grid.cells[X] == 1e-4].iloc[0]
+    assert np.isnan(lucky["steps"]) and lucky["share_generalized"] == pytest.approx(1 / 3)
+    assert lucky["median_steps"] == 100  # what the old heatmap coloured it by: the fastest cell
+    fig = plots_diagram.plot_steps_heatmap(grid)
+    ax = fig.axes[0]
+    faces = ax.collections[0].get_facecolors()
+    order = list(grid.cells[X])
+    assert tuple(faces[order.index(1e-4)]) == to_rgba(plots_diagram.NEVER_COLOR)  # grey: the median seed never did
+    assert "1/3" in [t.get_text() for t in ax.texts]
 
 
 def test_faceted_and_categorical_diagram(tmp_path):
@@ -36,7 +69,7 @@ def test_faceted_and_categorical_diagram(tmp_path):
     df.attrs["swept"] = [X, Y, "model.activation", "seed"]
     grid = phase_grid(df, "model.activation", X)  # a string axis and a log axis; wd becomes the facet
     assert grid.facets == (Y,)
-    fig = plots.plot_phase_diagram(grid, tmp_path / "facets")
+    fig = plots_diagram.plot_phase_diagram(grid, tmp_path / "facets")
     assert written(tmp_path / "facets")
     assert sum(ax.get_visible() for ax in fig.axes) == 2
 
@@ -45,7 +78,7 @@ def test_comparison_figure(tmp_path):
     other = dict(TABLE)
     other[(1e-3, 0)] = ["comprehension"] * 3
     cmp = compare(make_runs(), make_runs(other), X, Y)
-    fig = plots.plot_comparison(cmp, tmp_path / "compare", labels=("wd grid", "new optimizer"))
+    fig = plots_diagram.plot_comparison(cmp, tmp_path / "compare", labels=("wd grid", "new optimizer"))
     assert written(tmp_path / "compare")
     assert "grokking → comprehension" in fig.get_suptitle()
 
@@ -84,6 +117,6 @@ def test_representation_figures(tmp_path):
 
 @pytest.mark.parametrize("formats", [("png",), ("svg", "pdf")])
 def test_save_figure_formats(tmp_path, formats):
-    fig = plots.plot_phase_diagram(phase_grid(make_runs(), X, Y))
+    fig = plots_diagram.plot_phase_diagram(phase_grid(make_runs(), X, Y))
     paths = plots.save_figure(fig, tmp_path / "sub" / "x.png", formats=formats)
     assert [p.suffix for p in paths] == ["." + f for f in formats] and all(p.exists() for p in paths)

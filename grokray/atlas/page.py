@@ -16,10 +16,11 @@ from pathlib import Path
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from analysis import plots
 from analysis.diagram import phase_counts, phase_grid, pivot
+from analysis.labels import runs_subtitle
 from analysis.load import load_runs
 from analysis.pipeline import default_axes
+from analysis.plots_diagram import plot_phase_diagram
 
 from ..plan.estimate import LONG_SHARE
 from ..plan.expand import short_names
@@ -164,7 +165,8 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     x, y = axes if axes and all(a in df for a in axes) else default_axes(df)
     grid = phase_grid(df, x, y)
     png = img_dir / f"{figure.stem}.png"
-    fig = plots.plot_phase_diagram(grid, title=f"{figure.path.stem} ({figure.scale}): phase diagram")
+    fig = plot_phase_diagram(grid, title=f"{figure.path.stem} ({figure.scale}): phase diagram",
+                             subtitle=runs_subtitle(df))
     fig.savefig(png, dpi=110)
     lines = [f"![phase diagram](img/{png.name})", "", "Majority phase per cell over the seeds whose split can reach "
              f"the threshold (rows: `{y}`, columns: `{x}`; faded cells in the figure are where seeds disagree, "

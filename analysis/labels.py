@@ -1,0 +1,80 @@
+"""What a figure calls things: short axis names for dotted spec keys, compact tick labels, and the subtitle that
+says what the figure aggregates (seeds, budget, configurations). Pure strings, shared by every plot."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+NAMES = {  # the axes of the library's figures; anything else is shortened by rule (axis_label)
+    "optim.decoder.lr": "decoder lr",
+    "optim.embedding.lr": "embedding lr",
+    "optim.default.lr": "lr",
+    "optim.decoder.weight_decay": "decoder weight decay",
+    "optim.embedding.weight_decay": "embedding weight decay",
+    "optim.default.weight_decay": "weight decay",
+    "task.train_fraction": "training fraction",
+    "task.train_size": "training pairs",
+    "model.init_scale": "init scale",
+    "seed": "seed",
+}
+
+
+def axis_label(key: str) -> str:
+    """'optim.decoder.weight_decay' -> 'decoder weight decay'; unknown keys lose their block name."""
+    if key in NAMES:
+        return NAMES[key]
+    parts = key.split(".")
+    if parts[0] in ("optim", "model", "task", "train", "phases") and len(parts) > 1:
+        parts = parts[1:]
+    if parts and parts[0] == "default":
+        parts = parts[1:]
+    return " ".join(p.replace("_", " ") for p in parts) or key
+
+
+def tick_label(value, log: bool = False) -> str:
+    """Compact: 1e-4, 3.2e-4, 0.5, 10, 1.5e5; anything not a number as it is."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(v):
+        return str(value)
+    if v == 0:
+        return "0"
+    exp = math.floor(math.log10(abs(v)))
+    if log or exp < -2 or exp > 4:
+        mant = v / 10**exp
+        mant_text = f"{mant:.2g}"
+        if mant_text == "10":
+            mant_text, exp = "1", exp + 1
+        return f"{mant_text}e{exp}" if mant_text != "1" else f"1e{exp}"
+    return f"{v:.3g}"
+
+
+def _seeds_text(seeds: list) -> str:
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    ints = all(float(s).is_integer() for s in seeds)
+    if ints and [int(s) for s in seeds] == list(range(int(seeds[0]), int(seeds[0]) + len(seeds))):
+        return f"{len(seeds)} seeds ({int(seeds[0])}-{int(seeds[-1])})"
+    return f"{len(seeds)} seeds"
+
+
+def runs_subtitle(runs: pd.DataFrame) -> str:
+    """'4 seeds (0-3) · 100,000 steps · 484 configurations': what one cell aggregates, and over what budget."""
+    parts = []
+    if "seed" in runs and runs["seed"].notna().any():
+        seeds = sorted(pd.to_numeric(runs["seed"], errors="coerce").dropna().unique().tolist())
+        parts.append(_seeds_text(seeds))
+    for col in ("phases.budget", "train.steps"):
+        if col in runs and runs[col].notna().any():
+            budgets = sorted(pd.to_numeric(runs[col], errors="coerce").dropna().unique().tolist())
+            if budgets:
+                shown = f"{int(budgets[0]):,}" if len(budgets) == 1 else f"{int(budgets[0]):,}-{int(budgets[-1]):,}"
+                parts.append(f"budget {shown} steps")
+                break
+    parts.append(f"{int(np.sum(runs['phase'].notna())) if 'phase' in runs else len(runs):,} configurations")
+    return " · ".join(parts)

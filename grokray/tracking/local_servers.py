@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -151,16 +152,25 @@ class MlflowServer:
                 time.sleep(0.3)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            # SIGINT: gunicorn's quick shutdown (SIGTERM is its graceful one, which waits up to 30 s on idle
-            # keep-alive connections); the whole group, so its uvicorn/gunicorn workers go with it
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        self.proc = None
+        # A second Ctrl-C while it stops (`grokray ui`) must not leave the server running: ignored meanwhile.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                # SIGINT: gunicorn's quick shutdown (SIGTERM is its graceful one, which waits up to 30 s on idle
+                # keep-alive connections); the whole group, so its uvicorn/gunicorn workers go with it. Started from
+                # a background shell, the group ignores SIGINT: then SIGTERM, then SIGKILL.
+                for sig, wait_s in ((signal.SIGINT, 3), (signal.SIGTERM, 5), (signal.SIGKILL, 30)):
+                    os.killpg(self.proc.pid, sig)
+                    try:
+                        self.proc.wait(timeout=wait_s)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+            self.proc = None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
 
     def __enter__(self) -> MlflowServer:
         return self.start()

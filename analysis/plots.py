@@ -173,6 +173,15 @@ def phase_legend(fig: Figure, phases: Sequence[str], note: str | None = None) ->
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="phase")
 
 
+def steps_ticks(axis) -> None:
+    """A log axis of steps ticked at 1, 2 and 5 per decade and written 5e2, 1e3, 2e3 (not 2 x 10^3)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: tick_label(v, log=True)))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def titled(fig: Figure, title: str, subtitle: str | None) -> None:
     """The title, and under it what the figure aggregates (seeds, budget, configurations)."""
     fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
@@ -199,7 +208,7 @@ def plot_curves(curves: pd.DataFrame, path=None, *, labels: dict | None = None,
                 ax.plot(s["step"], s["value"], styles[k % len(styles)], color=cmap(r % 10), lw=1.3,
                         label=f"{name} {key}")
     ax.set_xscale("log")
-    ax.set_xlabel("step (log)")
+    ax.set_xlabel("step")
     ax.set_ylabel(" / ".join(keys))
     if threshold is not None:
         ax.axhline(threshold, color="grey", lw=0.8, ls=":")
@@ -209,7 +218,7 @@ def plot_curves(curves: pd.DataFrame, path=None, *, labels: dict | None = None,
 
 
 def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame | None = None,
-                       title: str | None = None) -> Figure:
+                       title: str | None = None, subtitle: str | None = None) -> Figure:
     """Top: share of generalizing runs against data fraction, with the effective-theory probability
     (analysis.effective_theory.p_unique_curve) overlaid when given. Bottom: median steps to generalize (log y,
     25-75% bars). The critical fraction is marked in both."""
@@ -245,9 +254,10 @@ def plot_grokking_time(curve: FractionCurve, path=None, *, theory: pd.DataFrame 
     top.legend(fontsize=8)
     if (t["median_steps"] > 0).any():  # nothing generalized (a short smoke run): no steps to put on a log axis
         bottom.set_yscale("log")
+        steps_ticks(bottom.yaxis)
     bottom.set_ylabel("steps to it (median)")
-    bottom.set_xlabel(f)
-    fig.suptitle(title or "grokking time against data fraction")
+    bottom.set_xlabel(axis_label(f))
+    titled(fig, title or "grokking time against data fraction", subtitle)
     return finish_figure(fig, path)
 
 

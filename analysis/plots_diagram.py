@@ -13,7 +13,6 @@ from matplotlib.colors import LogNorm, Normalize, to_rgba
 from matplotlib.figure import Figure
 
 from .diagram import UNDECODABLE, Comparison, PhaseGrid
-from .labels import tick_label
 from .plots import (
     CellAxis,
     cell_centre,
@@ -25,6 +24,7 @@ from .plots import (
     new_figure,
     phase_color,
     phase_legend,
+    steps_ticks,
     titled,
 )
 
@@ -89,7 +89,6 @@ def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None, 
     as never, and a cell whose median is never is grey. Cells where only some seeds generalized say 'k/n'."""
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig, axes = _panels(grid, 1.8)
     vals = grid.cells["steps"].to_numpy(dtype=float)
@@ -112,10 +111,8 @@ def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None, 
             ax.set_title(facet_title(grid, fv), fontsize=9)
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(),
                        label="median steps to generalize\n(grey: most seeds never did; k/n: seeds that did)")
-    if isinstance(norm, LogNorm):  # ticks at 1, 2, 5 per decade, written 5e2, 1e3, 2e3 (not 2 x 10^3)
-        bar.ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tick_label(v, log=True)))
-        bar.ax.yaxis.set_minor_formatter(NullFormatter())
+    if isinstance(norm, LogNorm):
+        steps_ticks(bar.ax.yaxis)
     titled(fig, title or "steps to generalize", subtitle)
     return finish_figure(fig, path)
 

@@ -19,6 +19,7 @@ import pandas as pd
 from analysis import plots
 from analysis.diagram import FractionCurve, crossing, generalization_vs_fraction, undecodable
 from analysis.effective_theory import p_unique_curve, val_ceiling
+from analysis.labels import runs_subtitle
 
 from .markdown import md_table
 from .plan import Figure
@@ -80,7 +81,8 @@ def fraction_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
                           "rate among decodable": by.apply(lambda g: g.loc[g["_learnable"], "_gen"].mean()
                                                            if g["_learnable"].any() else float("nan"))})
     png = img_dir / f"{figure.stem}.png"
-    fig = plots.plot_grokking_time(curve, theory=theory, title=f"{figure.path.stem} ({figure.scale})")
+    fig = plots.plot_grokking_time(curve, theory=theory, title=f"{figure.path.stem} ({figure.scale})",
+                                   subtitle=runs_subtitle(df))
     fig.savefig(png, dpi=110)
     t = curve.table
     val = t[t["measure"] == MEASURES[0]].drop(columns="measure")

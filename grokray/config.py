@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -30,7 +31,8 @@ def unknown_key_error(path: str, key, allowed) -> SpecError:
     allowed = sorted(allowed)
     close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    where = f"{path}.{key}" if path else str(key)
+    name = str(key) if re.fullmatch(r"[A-Za-z0-9_\-]+", str(key)) else repr(key)  # a key like ':' is quoted
+    where = f"{path}.{name}" if path else name
     return SpecError(where, f"unknown key; {hint}allowed: {', '.join(allowed)}")
 
 

@@ -145,7 +145,10 @@ def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimCo
     optim = {}
     for g in groups if groups is not None else [k for k in optim_raw if k != "default"]:
         with mistakes.check():
-            merged = {**(shared if isinstance(shared, dict) else {}), **(optim_raw.get(g) or {})}
+            block = optim_raw.get(g) or {}
+            if not isinstance(block, dict):
+                raise SpecError(f"optim.{g}", f"expected a mapping of optimizer settings, got {block!r}")
+            merged = {**(shared if isinstance(shared, dict) else {}), **block}
             optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
     mistakes.raise_any()
     return optim

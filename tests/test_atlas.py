@@ -76,7 +76,7 @@ def test_atlas_overrides_pin_an_axis_in_every_piece_and_the_commands_quote_them(
     from grokray.cli import main
 
     assert main(["atlas", "--scale", "paper", str(FIG6B), "--pages-only", "-o", str(tmp_path / "pages"),
-                 "-s", "optim.decoder.weight_decay=5", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 1
+                 "-s", "optim.decoder.weight_decay=5", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2  # no store
     err = capsys.readouterr().err
     assert err.count("pins the sweep axis optim.decoder.weight_decay") == 1  # one note, not one per piece
     with pytest.raises(SpecError) as bad:

@@ -29,6 +29,7 @@ class FlakyClient:
         self.up = True
         self.points: dict[tuple[str, str], list[int]] = {}
         self.terminated = []
+        self.end_times = []
         self.attempts = 0
 
     def _check(self):
@@ -41,9 +42,10 @@ class FlakyClient:
         for m in metrics:
             self.points.setdefault((run_id, m.key), []).append(m.step)
 
-    def set_terminated(self, run_id, status):
+    def set_terminated(self, run_id, status, end_time=None):
         self._check()
         self.terminated.append((run_id, status))
+        self.end_times.append(end_time)
 
     def get_run(self, run_id):
         self._check()
@@ -58,7 +60,8 @@ class FlakyClient:
 
 
 def batch(run, steps, terminate=None):
-    return Batch(run, [["train/acc", 0.5, 1, s] for s in steps], terminate=terminate)
+    return Batch(run, [["train/acc", 0.5, 1, s] for s in steps], terminate=terminate,
+                 end_time=1_700_000_000_000 + steps[-1] if terminate else None)
 
 
 def test_outage_is_spooled_retried_with_backoff_and_delivered_in_order(tmp_path):
@@ -77,6 +80,7 @@ def test_outage_is_spooled_retried_with_backoff_and_delivered_in_order(tmp_path)
     courier.send(batch("r", range(60, 70), terminate="FINISHED"))
     assert client.points[("r", "train/acc")] == list(range(70))  # in order, once each
     assert client.terminated == [("r", "FINISHED")]
+    assert client.end_times == [1_700_000_000_069]  # the run ends when its work did, not when delivery caught up
     assert not (tmp_path / "p.jsonl").exists()  # all delivered: the spool file is gone
     assert courier.close() == 0 and attempts_during_outage < 12
 
@@ -128,7 +132,8 @@ def test_replay_command_delivers_once(tmp_path, capsys):
     assert "replayed 2 of 2 batches (10 of 10 metric points)" in capsys.readouterr().out
     steps = [m.step for m in client.get_metric_history(run_id, "train/acc")]
     assert steps == list(range(10))
-    assert client.get_run(run_id).info.status == "FINISHED"
+    info = client.get_run(run_id).info
+    assert info.status == "FINISHED" and info.end_time == 1_700_000_000_009  # its own end, kept through the spool
     assert pending_points(spool_dir) == (0, 0)
     assert main(["replay", str(spool_dir), "--tracking-uri", uri]) == 2  # nothing left: one clear line
 

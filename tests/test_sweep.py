@@ -88,7 +88,7 @@ def test_dry_run_counts_match_the_real_sweep(local_ray, tmp_path, capsys):
                  "--storage", str(tmp_path / "results"), "--checkpoint-every", "25"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert f"{configs} configurations in {packs} packs" in out and "mlflow ui --backend-store-uri" in out
+    assert f"{configs} configurations in {packs} packs" in out and "grokray ui --tracking-uri" in out
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("quickstart")
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",

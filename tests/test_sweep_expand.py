@@ -112,6 +112,13 @@ def test_every_shipped_spec_expands(path, capsys):
     assert plan.n_configs >= 1 and plan.packs
     # and at full scale through the CLI, as a user would check it: `grokray run SPEC --dry-run` (its calibration,
     # ~8 s a spec, is tested in test_cost.py and runs for every spec's pieces in `make library`'s atlas)
+    spec = load_spec(path)
+    if spec.raw.get("search") and not spec.axes:  # a search: its own dry-run, and `run` names it
+        assert main(["search", str(path), "--dry-run", "--no-calibrate"]) == 0
+        assert f"trials:         {spec.raw['search']['n_trials']}, " in capsys.readouterr().out
+        assert main(["run", str(path), "--dry-run", "--no-calibrate", "--yes"]) == 2
+        assert f"`grokray search {path}`" in capsys.readouterr().err
+        return
     assert main(["run", str(path), "--dry-run", "--no-calibrate", "--yes"]) == 0
     out = capsys.readouterr().out
-    assert f"configurations: {len(load_spec(path).points())}\n" in out, out
+    assert f"configurations: {len(spec.points())}\n" in out, out

@@ -100,7 +100,7 @@ def sweep_options(tmp_path, uri, **kw):
     from grokray.run.options import LaunchOptions
 
     return LaunchOptions(**{"tracking_uri": uri, "storage": str(tmp_path / "results"), "checkpoint_every": 50,
-                           "min_report_s": 1.0, "progress": False, **kw})
+                           "min_report_s": 1.0, "progress": "never", **kw})
 
 
 LONG = ["phases.stop_when_classified=false", "resources.pack_size=4", "seeds=[0]"]

@@ -55,3 +55,14 @@ def server(request, tmp_path):
     srv = MlflowServer(tmp_path).start()
     yield srv
     srv.stop()
+
+
+def assert_schedule_and_crossings(steps: list[int], schedule, run) -> None:
+    """A stored curve's steps: every point of the record schedule once (0 lost, 0 duplicated), plus only the
+    run's own crossing steps (engine.curves adds the rows measured where train or val accuracy crossed)."""
+    assert steps == sorted(set(steps)), "a point stored twice"
+    missing = sorted(set(schedule) - set(steps))
+    assert not missing, f"{len(missing)} scheduled points lost, e.g. {missing[:5]}"
+    crossings = {int(v) for k, v in run.data.metrics.items() if k.startswith(("step_train_acc_", "step_val_acc_"))}
+    extra = sorted(set(steps) - set(schedule) - crossings)
+    assert not extra, f"steps neither scheduled nor a crossing: {extra[:5]}"

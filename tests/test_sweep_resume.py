@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from grokray.spec import load_spec
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,12 +28,15 @@ def _children(uri):
 def test_interrupted_sweep_resumes_without_rerunning_finished_packs(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     grokray = Path(sys.executable).with_name("grokray")
+    n = len(load_spec(ROOT / "sweeps" / "quickstart.yaml", scale="smoke").points())
+    half = n // 2
     args = [str(grokray), "run", str(ROOT / "sweeps" / "quickstart.yaml"), "--scale", "smoke",
-            "-s", "resources.pack_size=5", "-s", "train.steps=4000", "-s", "phases.budget=4000",
+            "-s", f"resources.pack_size={half}", "-s", "train.steps=4000", "-s", "phases.budget=4000",
             "-s", "phases.stop_when_classified=false", "--max-concurrent", "1", "--checkpoint-every", "200",
             "--tracking-uri", uri, "--storage", str(tmp_path / "results")]
+    first_args = [*args, "--progress", "never"]
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
-    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    first = subprocess.Popen(first_args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
     deadline = time.time() + 150
     while True:  # interrupt once pack 1 is finished and pack 2 has started logging
@@ -41,21 +46,26 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_packs(tmp_path):
         # opening the database earlier would race MLflow's schema creation
         runs = _children(uri) if list((tmp_path / "results").glob("quickstart_*")) else []
         finished = [r for r in runs if "grokray.phase" in r.data.tags]
-        if len(finished) == 5 and len(runs) == 10 and any(r.data.metrics for r in runs if r not in finished):
+        if len(finished) == half and len(runs) == n and any(r.data.metrics for r in runs if r not in finished):
             break
         time.sleep(0.5)
     first.send_signal(signal.SIGINT)
     out, _ = first.communicate(timeout=120)
     before = {r.data.tags["grokray.trial_key"]: r for r in _children(uri)}
     done_before = {k: r.info.end_time for k, r in before.items() if "grokray.phase" in r.data.tags}
-    assert len(done_before) == 5, out
+    assert len(done_before) == half, out
 
-    resumed = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=300)
+    assert "[grokray] " not in out
+    resumed = subprocess.run([*args, "--resume", "--progress", "always"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # the resumed launch's own --progress, not the first one's (restored with its Tune experiment), and a count
+    # that includes the pack the first launch finished
+    progress = [x for x in resumed.stdout.splitlines() if "[grokray] " in x]
+    assert progress and f"{n}/{n} configurations" in progress[-1], resumed.stdout[-2000:]
     after = _children(uri)
     keys = [r.data.tags["grokray.trial_key"] for r in after]
-    assert len(keys) == len(set(keys)) == 10  # exactly one run per configuration
+    assert len(keys) == len(set(keys)) == n  # exactly one run per configuration
     by_key = {r.data.tags["grokray.trial_key"]: r for r in after}
     for key, end in done_before.items():
         assert by_key[key].info.end_time == end  # finished pack not re-run

@@ -98,7 +98,7 @@ class Rounds:
         if resumed:
             rec = self.log[rnd]
             if tune.Tuner.can_restore(rec["experiment_path"]):
-                return launch.tuner("", restore=rec["experiment_path"])
+                return launch.tuner("", restore=rec["experiment_path"], total_configs=len(trials))
             launch.parent.delete_unfinished(set(self.known))
             name = f"{rec['name']}-{int(time.time())}"
             self.log[rnd] = {**rec, "name": name, "experiment_path": launch.path_of(name)}

@@ -25,7 +25,8 @@ def run_sweep(spec: Spec, options: LaunchOptions | None = None, *, max_configs: 
         if options.resume:
             parent = launch.resume_parent(lambda run: tune.Tuner.can_restore(
                 run.data.tags.get(EXPERIMENT_PATH_TAG, "") or "/nonexistent"))
-            tuner = launch.tuner("", restore=parent.data.tags[EXPERIMENT_PATH_TAG])
+            tuner = launch.tuner("", restore=parent.data.tags[EXPERIMENT_PATH_TAG], total_configs=plan.n_configs,
+                                 total_work=total_work)
         else:
             name = f"{spec.name}_{time.strftime('%Y%m%d-%H%M%S')}"
             launch.open_parent(f"{spec.name} sweep", plan.swept, sorted(spec.log_axes),

@@ -165,14 +165,19 @@ class Launch:
         """A Tuner over `train_pack`: a grid over `packs`, or `num_samples` trials proposed by `search_alg`; or
         the Tune experiment at `restore`, continued (finished trials are not run again)."""
         trainable = tune.with_resources(train_pack, {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu})
+        opts = self.options
+        progress = ProgressLine(total_configs, total_work, opts.progress)
         if restore is not None:
             self.experiment_path = restore
-            return tune.Tuner.restore(restore, trainable, resume_errored=True)
+            tuner = tune.Tuner.restore(restore, trainable, resume_errored=True)
+            # The restored RunConfig holds the first launch's callbacks, pickled: its --progress, or a
+            # ProgressLine of an older grokray that no longer unpickles whole. This launch's own replace them.
+            tuner._local_tuner.get_run_config().callbacks = [progress]
+            return tuner
         self.experiment_path = self.path_of(name)
         space = {"grokray": ctx.to_dict()}
         if packs is not None:
             space["pack"] = {"grid_search": packs}
-        opts = self.options
         return tune.Tuner(
             trainable,
             param_space=space,
@@ -184,7 +189,7 @@ class Launch:
                 name=name, storage_path=self.storage, verbose=0,
                 failure_config=tune.FailureConfig(max_failures=opts.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_kept),
-                callbacks=[ProgressLine(total_configs, total_work, opts.progress)]),
+                callbacks=[progress]),
         )
 
     def fit(self, tuner: tune.Tuner) -> Round:

@@ -80,6 +80,8 @@ class ProgressLine(tune.Callback):
         self.width = len(text)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        # every trial's last result, so a resumed launch counts the packs its first launch finished
+        self.latest.update({t.trial_id: t.last_result for t in trials if t.last_result and t is not trial})
         self.latest[trial.trial_id] = result
         self._draw()
 

@@ -7,7 +7,7 @@ import sys
 
 from .errors import SpecError
 from .run.options import LaunchOptions
-from .terminal import EXAMPLES, package_version
+from .terminal import EXAMPLES, package_version, sigterm_as_ctrl_c
 
 
 def _load(args):
@@ -379,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    sigterm_as_ctrl_c()
     try:
         return args.func(args)
     except SpecError as exc:

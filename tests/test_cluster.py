@@ -20,7 +20,8 @@ def test_cluster_yaml_validates_against_ray_schema():
     assert "mlflow server --host $HEAD_IP" in text and "0.0.0.0" not in yaml.safe_dump(config)
     assert "RAY_AUTH_MODE=token" in text and "RAY_AUTH_MODE=token" in " ".join(config["worker_start_ray_commands"])
     assert "~/.ray/auth_token" in config["file_mounts"]
-    assert any("pip install" in c and "grokray" in c for c in config["setup_commands"])
+    assert any("pip install" in c and "grokray[cluster]" in c for c in config["setup_commands"])  # every node
+    assert "RAY_JOB_STOP_WAIT_TIME_S=60" in text  # `ray job stop` gives the driver time to stop as Ctrl-C does
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,7 @@
 """`grokray run` end to end on a real local Ray (started once for the module) and real MLflow stores."""
 
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -98,42 +94,29 @@ def test_dry_run_counts_match_the_real_sweep(local_ray, tmp_path, capsys):
     assert len(runs) == configs and len({r.data.tags["grokray.pack_id"] for r in runs}) == packs
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
 def mlflow_server(tmp_path):
-    port = _free_port()
-    mlflow = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen(
-        [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "art")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "MLFLOW_TRACKING_URI": ""},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise RuntimeError("mlflow server did not start") from None
-                time.sleep(0.3)
-        yield url, tmp_path / "server.db"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    from grokray.tracking.local_servers import MlflowServer
+
+    with MlflowServer(tmp_path) as server:
+        yield server.url, tmp_path / "server.db", server
+
+
+def _group_commands(pgid: int) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
 
 
 def test_sweep_logs_through_an_mlflow_server(local_ray, tmp_path, mlflow_server, monkeypatch):
     from grokray.run.grid import run_sweep
 
-    url, db = mlflow_server
+    url, db, server = mlflow_server
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)  # the environment variable route, as on a cluster
     spec = load_spec(QUICKSTART, ["train.steps=60", "phases.budget=60"], scale="smoke")
     summary = run_sweep(spec, _options(tmp_path, None))
@@ -143,6 +126,9 @@ def test_sweep_logs_through_an_mlflow_server(local_ray, tmp_path, mlflow_server,
     direct = MlflowClient(f"sqlite:///{db}")
     exp = direct.get_experiment_by_name("quickstart")
     assert len(direct.search_runs([exp.experiment_id], max_results=1000)) == 1 + len(spec.points())
+    # the server is MLflow's tracking server alone: no GenAI job runner and its queue consumers beside it
+    commands = _group_commands(server.proc.pid)
+    assert any("gunicorn" in c for c in commands) and not any("huey" in c or "job_runner" in c for c in commands)
 
 
 def test_progress_is_a_live_line_on_a_terminal_and_plain_lines_in_a_log(capsys, monkeypatch):

@@ -14,6 +14,7 @@ import ray
 from ..errors import SpecError
 from ..plan.expand import local_slots
 from ..spec import Spec
+from ..terminal import sigterm_as_ctrl_c
 
 DEFAULT_STORAGE = "grokray-results"
 
@@ -33,6 +34,7 @@ def start_ray(options) -> bool:
         ray.init(address=address, **quiet)
     else:
         ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
+    sigterm_as_ctrl_c()  # again: ray.init installs its own SIGTERM handler, which ends the driver at once
     return True
 
 

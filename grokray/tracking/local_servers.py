@@ -115,6 +115,9 @@ class LocalPostgres:
 # took 22 ms with one uvicorn worker and ~63 ms with two or more (every request, even /health, paid ~42 ms),
 # against 3.7 ms under gunicorn serving the Flask app with threaded workers. grokray's servers use gunicorn.
 GUNICORN_OPTS = "--threads 8 --timeout 120"
+# MLflow 3's server also starts a GenAI job runner on a SQL store: 8 more processes (~250 MB each here) that poll
+# its queue; grokray submits no such jobs.
+QUIET_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 class MlflowServer:
@@ -137,7 +140,7 @@ class MlflowServer:
              "--backend-store-uri", self.backend, "--artifacts-destination", str(self.root / "artifacts"),
              *(["--gunicorn-opts", GUNICORN_OPTS] if self.gunicorn else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+            env={**os.environ, "MLFLOW_TRACKING_URI": "", **QUIET_SERVER_ENV})
         end = time.monotonic() + timeout_s
         while True:
             try:

@@ -7,7 +7,8 @@ import sys
 
 from .errors import SpecError
 from .run.options import LaunchOptions
-from .terminal import EXAMPLES, package_version, sigterm_as_ctrl_c
+from .run.signals import sigterm_as_ctrl_c
+from .terminal import EXAMPLES, package_version
 
 
 def _load(args):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import signal
-import threading
 from pathlib import Path
 
 PHASE_ORDER = ("comprehension", "grokking", "memorization", "confusion")
@@ -19,14 +17,6 @@ EXAMPLES = """examples:
   grokray atlas --scale smoke sweeps/quickstart.yaml                   a figure's page in docs/atlas
 
 `grokray COMMAND --help` lists each command's options."""
-
-
-def sigterm_as_ctrl_c() -> None:
-    """SIGTERM (`ray job stop`, a batch scheduler, `kill PID`) stops a launch the way Ctrl-C does: Tune saves its
-    experiment state, the parent run ends KILLED and `--resume` continues. Python's default would end the driver
-    at once, leaving runs RUNNING and Tune's state as old as its last periodic save."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
 
 
 def curve_table(result, rows: int = 12) -> str:

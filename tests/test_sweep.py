@@ -175,3 +175,31 @@ def test_a_sweep_in_a_log_says_how_far_it_is(tmp_path):
     n = len(load_spec(QUICKSTART, scale="smoke").points())
     progress = [line for line in text.splitlines() if "[grokray] " in line and "configurations |" in line]
     assert progress and progress[-1].split(" ", 1)[1].startswith(f"[grokray] {n}/{n} configurations"), text
+
+
+def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
+    """`ray job stop` and batch schedulers send SIGTERM: the driver stops as on Ctrl-C (Tune saves its state, the
+    parent ends KILLED, the command says how to resume) instead of dying with its runs left RUNNING."""
+    import signal
+    import time
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    proc = subprocess.Popen([sys.executable, "-m", "grokray.cli", "run", str(QUICKSTART), "--scale", "smoke",
+                             "-s", "phases.stop_when_classified=false", "-s", "train.steps=20000",
+                             "-s", "phases.budget=20000", "--tracking-uri", uri, "--storage", str(tmp_path / "r")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    client = MlflowClient(uri)
+    deadline = time.time() + 240
+    while True:  # wait until the members log (the Tune run is under way)
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() else "timeout"
+        exp = client.get_experiment_by_name("quickstart") if list(tmp_path.glob("r/quickstart_*")) else None
+        runs = client.search_runs([exp.experiment_id], "tags.`grokray.role` = 'configuration'") if exp else []
+        if runs and all(r.data.metrics for r in runs):
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out[-2000:]  # stopped before the end, not killed (-15)
+    assert "continue it with --resume" in out
+    parent = client.search_runs([exp.experiment_id], "tags.`grokray.role` = 'parent'")
+    assert [p.info.status for p in parent] == ["KILLED"]

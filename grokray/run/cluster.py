@@ -14,7 +14,7 @@ import ray
 from ..errors import SpecError
 from ..plan.expand import local_slots
 from ..spec import Spec
-from ..terminal import sigterm_as_ctrl_c
+from .signals import sigterm_as_ctrl_c
 
 DEFAULT_STORAGE = "grokray-results"
 

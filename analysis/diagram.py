@@ -83,7 +83,8 @@ class PhaseGrid(NamedTuple):
 
     cells columns: the facet axes, y, x, `phase` (majority; a tie goes to the earlier phase in `phases`, and says
     so in `tie`), `tie` (the top count is shared: "comprehension|memorization", else ""), `agreement` (majority
-    count / n), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase, `n_undecodable` (runs whose
+    count / voting runs), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase over all of them,
+    `vote_<phase>` over the voting ones (decodable splits), `n_undecodable` (runs whose
     split's ideal val accuracy is below the phase threshold: no model could reach it), `n_generalized` (runs with a
     val crossing), `median_steps` and `log10_steps` (of `steps_col` over the runs that have one; NaN when none),
     `steps` (the median over the cell's decodable runs with a run that never crossed counted as never: so one fast
@@ -154,9 +155,10 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
                    steps=censored if np.isfinite(censored) else np.nan,
                    share_generalized=float(voters.notna().mean()) if len(voters) else np.nan)
         row.update({f"count_{p}": int(c[p]) for p in phases})
+        row.update({f"vote_{p}": int(votes[p]) for p in phases})
         rows.append(row)
     cols = [*keys, "phase", "tie", "agreement", "n", "n_undecodable", "n_generalized", "median_steps", "log10_steps",
-            "steps", "share_generalized", *(f"count_{p}" for p in phases)]
+            "steps", "share_generalized", *(f"count_{p}" for p in phases), *(f"vote_{p}" for p in phases)]
     cells = pd.DataFrame(rows, columns=cols)
     cells = cells.sort_values(keys, kind="stable", key=_sort_key).reset_index(drop=True)
     is_log = log_axes(runs, [x, y], declared=df.attrs.get("log_axes", ()) if log is None else log)

@@ -60,6 +60,14 @@ def test_ties_are_marked_and_the_majority_is_over_decodable_seeds():
     assert cells.loc[2, "tie"] == "grokking|memorization" and cells.loc[2, "agreement"] == 0.5
     # x = 3: every split undecodable: no phase, said so
     assert cells.loc[3, "phase"] == "undecodable" and cells.loc[3, "n_undecodable"] == 2
+    assert cells.loc[1, "vote_comprehension"] == 2 and cells.loc[1, "vote_memorization"] == 1
+    # the page's table of disagreeing cells shows the votes that decided each cell, the non-voters apart
+    from grokray.atlas.page import disagreements
+
+    table = disagreements(phase_grid(runs, "x", "y", facet=[])).set_index("x")
+    assert table.loc[1, "seeds"] == "comprehension 2, memorization 1; undecodable 1 (no vote)"
+    assert table.loc[2, "majority"] == "grokking|memorization" and table.loc[2, "seeds"].startswith("grokking 1, ")
+    assert 3 not in table.index  # no voter, nothing to disagree about
     without = phase_grid(runs.drop(columns="ideal_val_acc"), "x", "y", facet=[]).cells.set_index("x")
     assert without.loc[1, "tie"] == "comprehension|memorization"  # runs that did not log it: every seed votes
 

@@ -67,13 +67,21 @@ def load_figure_runs(records: list[PieceRecord], tracking_uri: str) -> pd.DataFr
     return out
 
 
+def voters(grid) -> pd.Series:
+    """Seeds that vote in each cell: those whose split can reach the threshold."""
+    return grid.cells["n"] - grid.cells["n_undecodable"]
+
+
 def disagreements(grid) -> pd.DataFrame:
-    """Cells whose seeds do not all share the majority phase, with the count of each phase there."""
-    cells = grid.cells[(grid.cells["n"] > 1) & (grid.cells["agreement"] < 1.0)]
+    """Cells whose voting seeds do not all share the majority phase: each phase's votes, then the seeds that did
+    not vote (undecodable splits), so the table shows exactly what decided the cell."""
+    cells = grid.cells[(voters(grid) > 1) & (grid.cells["agreement"] < 1.0)]
     rows = []
     for _, c in cells.iterrows():
-        mix = ", ".join(f"{p} {int(c[f'count_{p}'])}" for p in grid.phases if c.get(f"count_{p}", 0))
-        rows.append({grid.x: c[grid.x], grid.y: c[grid.y], "majority": c["phase"], "seeds": mix})
+        mix = ", ".join(f"{p} {int(c[f'vote_{p}'])}" for p in grid.phases if c.get(f"vote_{p}", 0))
+        if c["n_undecodable"]:
+            mix += f"; undecodable {int(c['n_undecodable'])} (no vote)"
+        rows.append({grid.x: c[grid.x], grid.y: c[grid.y], "majority": c["tie"] or c["phase"], "seeds": mix})
     return pd.DataFrame(rows, columns=[grid.x, grid.y, "majority", "seeds"])
 
 
@@ -180,7 +188,7 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
         table.columns = [cell(v) for v in table.columns]
         label = short_names([y, x], aliases={})  # "embedding.lr \\ decoder.lr" where both end in lr
         lines += [md_table(table.reset_index(names=f"{label[y]} \\ {label[x]}")), ""]
-    multi = grid.cells[grid.cells["n"] > 1]
+    multi = grid.cells[voters(grid) > 1]
     dis = disagreements(grid)
     tied, undecodable = int((grid.cells["tie"] != "").sum()), int(grid.cells["n_undecodable"].sum())
     summary = {"cells": int(len(grid.cells)), "cells_with_seeds": int(len(multi)), "disagreeing_cells": int(len(dis)),
@@ -189,11 +197,12 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
               f"threshold: no model reaches it, so they do not vote): {undecodable} runs in "
               f"{int((grid.cells['n_undecodable'] > 0).sum())} cells.", ""]
     if len(multi):
-        lines += [f"{len(multi)} cells have more than one seed; in {len(multi) - len(dis)} all seeds share the "
-                  f"majority phase (mean agreement {multi['agreement'].mean():.2f}). Cells where seeds disagree:", ""]
+        lines += [f"{len(multi)} cells have more than one voting seed; in {len(multi) - len(dis)} they all share "
+                  f"the majority phase (mean agreement {multi['agreement'].mean():.2f}). Cells where they disagree "
+                  "(a tie's majority is written `a|b`):", ""]
         lines += [md_table(dis) if len(dis) else "(none)", ""]
     else:
-        lines += ["One seed per cell: every cell is a single sample.", ""]
+        lines += ["At most one voting seed per cell: every cell is a single sample.", ""]
     if figure.config.regions:
         check = region_check(grid, figure.config.regions)
         matched, total = int(check["matching"].sum()), int(check["cells"].sum())

@@ -115,8 +115,9 @@ class CellAxis:
             set_ticks([float(v) for v in self.values], [tick_label(v, self.log) for v in self.values])
             (ax.xaxis if which == "x" else ax.yaxis).set_minor_locator(_null_locator())
         set_label(axis_label(label))
-        if which == "x" and len(self.values) > 6:
-            for t in ax.get_xticklabels():
+        labels = [t.get_text() for t in ax.get_xticklabels()] if which == "x" else []
+        if which == "x" and (len(self.values) > 6 or len(labels) * max(map(len, labels), default=0) > 30):
+            for t in ax.get_xticklabels():  # six ticks like 2.5e-4 side by side would run into each other
                 t.set_rotation(45)
 
 

@@ -144,6 +144,13 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     summary = json.loads((out / "small-reduced.json").read_text())
     assert summary["counts"] == counts and summary["configurations"] == 8
     assert (out / "img" / "small-reduced.png").stat().st_size > 1000
+    # the runs the page was drawn from, beside it: one row per configuration, its phase as MLflow has it
+    import pandas as pd
+
+    runs = pd.read_csv(out / "data" / "small-reduced.csv")
+    assert len(runs) == 8 and runs["phase"].value_counts().to_dict() == counts
+    assert {"piece", "optim.decoder.lr", "optim.decoder.weight_decay", "seed", "ideal_val_acc"} <= set(runs.columns)
+    assert "[data/small-reduced.csv](data/small-reduced.csv)" in page
     assert "> Expected: something at every cell." in page
 
     # estimate against measured: the page shows what the parents hold, per piece and in total

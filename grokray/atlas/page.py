@@ -67,6 +67,19 @@ def load_figure_runs(records: list[PieceRecord], tracking_uri: str) -> pd.DataFr
     return out
 
 
+RUN_COLUMNS = ("phase", "step_train_acc_0.9", "step_val_acc_0.9", "grokking_gap", "step_rqi_0.95", "ideal_val_acc",
+               "steps_run", "final/train/acc", "final/val/acc")
+
+
+def write_run_table(df: pd.DataFrame, path: Path) -> None:
+    """One row per configuration (piece, swept axes, seed, phase, crossings, ideal accuracy): what the page was
+    drawn from, kept beside it so a reader can check a cell without the MLflow store."""
+    axes = [a for a in df.attrs.get("swept", []) if a in df and a != "seed"]
+    cols = ["piece", *axes, *(["seed"] if "seed" in df else []), *(c for c in RUN_COLUMNS if c in df)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df[cols].sort_values(["piece", *axes, *(["seed"] if "seed" in df else [])]).to_csv(path, index=False)
+
+
 def voters(grid) -> pd.Series:
     """Seeds that vote in each cell: those whose split can reach the threshold."""
     return grid.cells["n"] - grid.cells["n_undecodable"]
@@ -260,6 +273,8 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
              f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
              f"{', '.join(sorted({r.code_version for r in records if r.code_version})) or '-'}.", "",
              _timings_table(records, timings, measured_budget_use(df)), "",
+             f"Every run, one row each (axes, seed, phase, crossing steps, ideal accuracy): "
+             f"[data/{figure.stem}.csv](data/{figure.stem}.csv).", "",
              "## Phase counts", "", md_table(_counts_table(counts, len(df))), ""]
     if figure.pieces[0].search:
         body, summary = _search_section(figure, records, df, img_dir, tracking_uri)
@@ -274,6 +289,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     lines += _discussion(figure, out, notes_dir)
     page = out / f"{figure.stem}.md"
     page.write_text("\n".join(lines).rstrip() + "\n")
+    write_run_table(df, out / "data" / f"{figure.stem}.csv")
     (out / f"{figure.stem}.json").write_text(json.dumps({
         "figure": figure.stem, "spec": figure.path.as_posix(), "scale": figure.scale, "title": figure.title,
         "configurations": int(len(df)), "estimate_s": round(estimate, 1), "measured_s": round(measured, 1),

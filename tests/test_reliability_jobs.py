@@ -7,7 +7,6 @@ worker node killed mid-sweep, and `ray job stop` followed by a resubmitted `--re
 Every process a test starts is found through /proc (its process group and their children) and killed at the end;
 `ray stop` is never called, since it stops every Ray on the machine."""
 
-import json
 import os
 import re
 import signal
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_schedule_and_crossings
 from mlflow.tracking import MlflowClient
+from test_reliability import children, report, wait_for
 
 from grokray.engine.schedule import record_steps
 from grokray.spec import load_spec
@@ -28,15 +28,8 @@ from grokray.tracking.local_servers import LocalPostgres, MlflowServer, free_por
 pytestmark = pytest.mark.reliability
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-FIGURES = Path(os.environ.get("GROKRAY_RELIABILITY_FIGURES", "/tmp/grokray-reliability-figures.jsonl"))
 LONG = ["phases.stop_when_classified=false", "seeds=[0]", "resources.pack_size=4", "train.steps=4000",
         "phases.budget=4000"]
-
-
-def report(name: str, **figures):
-    print(f"\nRELIABILITY {name} " + " ".join(f"{k}={v}" for k, v in figures.items()))
-    with FIGURES.open("a") as f:
-        f.write(json.dumps({"test": name, "date": time.strftime("%Y-%m-%d"), **figures}) + "\n")
 
 
 def _procs() -> dict[int, tuple[int, int]]:
@@ -186,15 +179,6 @@ def cluster(tmp_path):
                 subprocess.run(["rm", "-rf", str(temp)], check=False)
 
 
-def children(uri: str, experiment: str):
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return []
-    return client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",
-                              max_results=5000)
-
-
 def check_complete(uri: str, spec) -> dict:
     """One FINISHED run with a phase per configuration, each curve its schedule once plus its crossing steps."""
     runs = children(uri, spec.name)
@@ -211,16 +195,6 @@ def check_complete(uri: str, spec) -> dict:
             steps = [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")]
             assert_schedule_and_crossings(steps, sorted(record_steps(total, cfg.train.curve_points_per_decade)), run)
     return {r.data.tags["grokray.trial_key"]: r for r in runs}
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def sets(overrides: list[str]) -> list[str]:

@@ -123,12 +123,10 @@ class RayNodes:
         _kill(_group_and_children(group))
 
     def stop(self) -> None:
-        pids = set()
-        for group in self.groups:
-            pids |= _group_and_children(group)
-        _kill(pids)
-        time.sleep(1)
-        _kill(set().union(*(_group_and_children(g) for g in self.groups)) if self.groups else set())
+        """Every node's processes; twice, for a worker a raylet was starting while the first pass ran."""
+        for _ in range(2):
+            _kill({pid for group in self.groups for pid in _group_and_children(group)})
+            time.sleep(1)
 
     def job(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         """`ray job ARGS...` against the head's dashboard, as a user's shell would run it (from the checkout)."""

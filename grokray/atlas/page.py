@@ -75,9 +75,9 @@ def write_run_table(df: pd.DataFrame, path: Path) -> None:
     """One row per configuration (piece, swept axes, seed, phase, crossings, ideal accuracy): what the page was
     drawn from, kept beside it so a reader can check a cell without the MLflow store."""
     axes = [a for a in df.attrs.get("swept", []) if a in df and a != "seed"]
-    cols = ["piece", *axes, *(["seed"] if "seed" in df else []), *(c for c in RUN_COLUMNS if c in df)]
+    keys = ["piece", *axes, *(["seed"] if "seed" in df else [])]
     path.parent.mkdir(parents=True, exist_ok=True)
-    df[cols].sort_values(["piece", *axes, *(["seed"] if "seed" in df else [])]).to_csv(path, index=False)
+    df[[*keys, *(c for c in RUN_COLUMNS if c in df)]].sort_values(keys).to_csv(path, index=False)
 
 
 def voters(grid) -> pd.Series:

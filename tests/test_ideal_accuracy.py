@@ -68,6 +68,17 @@ def test_ties_are_marked_and_the_majority_is_over_decodable_seeds():
     assert table.loc[1, "seeds"] == "comprehension 2, memorization 1; undecodable 1 (no vote)"
     assert table.loc[2, "majority"] == "grokking|memorization" and table.loc[2, "seeds"].startswith("grokking 1, ")
     assert 3 not in table.index  # no voter, nothing to disagree about
+    # the expected-region check does not count a tie as a match, even one that includes the expected phase
+    from grokray.atlas.config import Region
+    from grokray.atlas.markdown import md_table
+    from grokray.atlas.page import region_check
+
+    check = region_check(phase_grid(runs, "x", "y", facet=[]), [Region("grokking", {"x": (1.5, 2.5)}),
+                                                                 Region("comprehension", {"x": (None, 1)})])
+    assert check["matching"].tolist() == [0, 1] and check["others"][0] == "grokking|memorization 1"
+    # in a markdown table the tie's bar is escaped, so the row keeps its columns
+    row = md_table(table.reset_index()).splitlines()[3]
+    assert row.startswith("| 2 | 0 | grokking\\|memorization | ") and row.replace("\\|", "").count("|") == 5
     without = phase_grid(runs.drop(columns="ideal_val_acc"), "x", "y", facet=[]).cells.set_index("x")
     assert without.loc[1, "tie"] == "comprehension|memorization"  # runs that did not log it: every seed votes
 

@@ -19,7 +19,8 @@ def md_table(df: pd.DataFrame) -> str:
     cols = [str(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
+        # a tie is written a|b: its bar must not end the cell
+        lines.append("| " + " | ".join(cell(v).replace("|", "\\|") for v in row) + " |")
     return "\n".join(lines)
 
 

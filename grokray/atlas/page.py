@@ -99,13 +99,15 @@ def disagreements(grid) -> pd.DataFrame:
 
 
 def region_check(grid, regions) -> pd.DataFrame:
-    """Per expected region: its cells, how many have the expected majority phase, and what the others have."""
+    """Per expected region: its cells, how many have the expected majority phase, and what the others have. A tied
+    cell matches nothing: it is listed as its tie (`a|b`), even when the expected phase is one of the tied ones."""
     rows = []
     for region in regions:
         inside = [c for _, c in grid.cells.iterrows() if region.contains({grid.x: c[grid.x], grid.y: c[grid.y],
                                                                          **c.to_dict()})]
-        matched = sum(1 for c in inside if c["phase"] == region.phase)
-        others = pd.Series([c["phase"] for c in inside if c["phase"] != region.phase]).value_counts()
+        labels = [c["tie"] or c["phase"] for c in inside]
+        matched = labels.count(region.phase)
+        others = pd.Series([label for label in labels if label != region.phase]).value_counts()
         label = short_names(list(region.bounds), aliases={})
         bounds = "; ".join(f"{label[a]} {_span(lo, hi)}" for a, (lo, hi) in region.bounds.items())
         rows.append({"expected": region.phase, "region": bounds, "cells": len(inside), "matching": matched,

@@ -6,11 +6,16 @@ sgemm peak measured at the start of the same run. A plain PyTorch loop (nn.Modul
 user would write) is measured too, as the outside reference. Warm-up steps are excluded. One thread.
 
     .venv/bin/python benchmarks/bench_pack.py [--quick] [--compile] [--unfused] [--rqi] [--models toy32,...]
+                                              [--device cuda] [--ks 1,32,...]
 
 "eager" is the default engine (on a CPU, torch's fused Adam/AdamW kernel once per member row); --unfused adds
 the same pack with the optimizer written as ~11 elementwise passes over [K, P] (what the engine did before),
 --compile the same with train.compile=true. --rqi adds the toy without its RQI curve (Liu's representation
 quality index, measured at the record steps), to show what that curve costs.
+
+--device cuda (issue 29) runs the same on the GPU, K = 1, 32, 256, 1024, 4096 by default, with the fp32 matmul peak
+measured there and the pack's peak GPU memory per K; a K that does not fit is reported as out of memory, not
+skipped, since what limits the largest K is one of the things measured.
 """
 
 from __future__ import annotations
@@ -51,17 +56,25 @@ MODELS_TO_BENCH = {
 }
 
 
-def sgemm_peak() -> float:
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+def sgemm_peak(device: str) -> float:
+    n = 1024 if device == "cpu" else 8192  # a GPU needs a large product to reach its peak
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     a @ b
-    best = min(_timed(lambda: a @ b, 5) for _ in range(3))
-    return 2 * 1024**3 / best / 1e9
+    best = min(_timed(lambda: a @ b, 5, device) for _ in range(3))
+    return 2 * n**3 / best / 1e9
 
 
-def _timed(fn, n):
+def _sync(device: str):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _timed(fn, n, device="cpu"):
+    _sync(device)
     t = time.perf_counter()
     for _ in range(n):
         fn()
+    _sync(device)
     return (time.perf_counter() - t) / n
 
 
@@ -88,44 +101,48 @@ def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
     return 3.0 * per_point * trainer.batch_size
 
 
-def pack_rate(raw, overrides, k: int, seconds: float, variant: str) -> tuple[float, PackTrainer]:
+def pack_rate(raw, overrides, k: int, seconds: float, variant: str, device: str = "cpu") -> tuple[float, PackTrainer]:
     if variant == "no-rqi":  # the toy without embeddings to measure: no rqi curve, everything else the same
         from grokray.models.toy import ToyModel
 
         original, ToyModel.embeddings = ToyModel.embeddings, lambda self: None
         try:
-            return pack_rate(raw, overrides, k, seconds, "eager")
+            return pack_rate(raw, overrides, k, seconds, "eager", device)
         finally:
             ToyModel.embeddings = original
     over = [*overrides, "train.steps=1000000", "phases.budget=1000000"]
     over += ["train.compile=true"] if variant == "compiled" else []
     cfg = build_spec(raw, over).first_trial()
-    trainer = PackTrainer([cfg] * k)
+    trainer = PackTrainer([cfg] * k, device=device)
     if variant == "unfused":
         for opt in trainer.optimizers.values():
             opt.fused = None
     trainer.run(until=20)  # warm-up (and compilation) excluded
+    _sync(device)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         trainer.run(until=trainer.step + 20)
         steps += 20
+    _sync(device)
     return k * steps / (time.perf_counter() - start), trainer
 
 
-def plain_torch_rate(raw, overrides, seconds: float) -> float | None:
+def plain_torch_rate(raw, overrides, seconds: float, device: str = "cpu") -> float | None:
     """The loop a user writes for the toy model: nn.Module, torch.optim.AdamW, full batch."""
     cfg = build_spec(raw, overrides).first_trial()
     if cfg.model.registry_name != "toy":
         return None
     data = cfg.task.data()
     train, _ = cfg.task.split(data, 0)
+    data.x, data.y = data.x.to(device), data.y.to(device)
     sizes = [cfg.model.embed_dim, *cfg.model.hidden, data.num_classes]
     layers = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         layers += [torch.nn.Linear(a, b)] + ([torch.nn.Tanh()] if i < len(sizes) - 2 else [])
-    emb, dec = torch.nn.Embedding(data.vocab_size, cfg.model.embed_dim), torch.nn.Sequential(*layers)
+    emb = torch.nn.Embedding(data.vocab_size, cfg.model.embed_dim).to(device)
+    dec = torch.nn.Sequential(*layers).to(device)
     opt = torch.optim.AdamW([*emb.parameters(), *dec.parameters()], lr=1e-3)
-    x, y = data.x[train], data.y[train]
+    x, y = data.x[train.to(device)], data.y[train.to(device)]
 
     def step():
         opt.zero_grad()
@@ -137,10 +154,12 @@ def plain_torch_rate(raw, overrides, seconds: float) -> float | None:
 
     for _ in range(20):
         step()
+    _sync(device)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         step()
         steps += 1
+    _sync(device)
     return steps / (time.perf_counter() - start)
 
 
@@ -151,33 +170,54 @@ def main():
     parser.add_argument("--unfused", action="store_true", help="also measure the unfused (11-pass) optimizer")
     parser.add_argument("--rqi", action="store_true", help="also measure the toy without its RQI curve")
     parser.add_argument("--models", default=",".join(MODELS_TO_BENCH))
-    parser.add_argument("--ks", default="1,8,32,128")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--ks", help="pack sizes (default: 1,8,32,128 on a CPU, 1,32,256,1024,4096 on a GPU)")
     args = parser.parse_args()
+    gpu = args.device.startswith("cuda")
+    ks = [int(v) for v in (args.ks or ("1,32,256,1024,4096" if gpu else "1,8,32,128")).split(",")]
     torch.set_num_threads(1)
     seconds = 0.5 if args.quick else 3.0
-    peak = sgemm_peak()
-    print(f"# {time.strftime('%Y-%m-%d')} {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"1 thread; sgemm peak (1024^3, same run): {peak:.1f} GFLOP/s")
-    print("| model | optimizer | K | model-steps/s | x unpacked (K=1) | matmul GFLOP/s | % of sgemm peak |")
-    print("|---|---|---|---|---|---|---|")
+    peak = sgemm_peak(args.device)
+    cpu = f"{platform.processor() or platform.machine()}, 1 thread"
+    where = torch.cuda.get_device_name(args.device) if gpu else cpu
+    print(f"# {time.strftime('%Y-%m-%d')} {where}, torch {torch.__version__}; fp32 matmul peak (same run, same "
+          f"device): {peak:.1f} GFLOP/s")
+    memory = " peak GPU MiB |" if gpu else ""
+    print(f"| model | optimizer | K | model-steps/s | x unpacked (K=1) | matmul GFLOP/s | % of matmul peak |{memory}")
+    print("|---|---|---|---|---|---|---|" + "---|" * gpu)
     for name in args.models.split(","):
         raw, overrides = MODELS_TO_BENCH[name]
         if raw["model"]["name"] not in MODELS:
             print(f"| {name} | (model family not registered) | | | | | |")
             continue
-        plain = plain_torch_rate(raw, overrides, seconds)
+        plain = plain_torch_rate(raw, overrides, seconds, args.device)
         if plain:
-            print(f"| {name} | plain torch loop (reference) | 1 | {plain:,.0f} | | | |")
+            print(f"| {name} | plain torch loop (reference) | 1 | {plain:,.0f} | | | |" + " |" * gpu)
         variants = ["eager"] + ["unfused"] * args.unfused + ["compiled"] * args.compile
         variants += ["no-rqi"] * (args.rqi and raw["model"]["name"] == "toy")
         base = {}
-        for k in (int(v) for v in args.ks.split(",")):
+        for k in ks:
             for variant in variants:  # side by side at each K, so a load change hits every variant alike
-                rate, trainer = pack_rate(raw, overrides, k, seconds, variant)
-                base.setdefault(variant, rate)
-                gflops = rate * matmul_flops_per_model_step(trainer) / 1e9
-                print(f"| {name} | {variant} | {k} | {rate:,.0f} | {rate / base[variant]:.1f} | {gflops:.1f} | "
-                      f"{100 * gflops / peak:.0f}% |", flush=True)
+                print(row(name, variant, k, seconds, args.device, base, peak), flush=True)
+
+
+def row(name: str, variant: str, k: int, seconds: float, device: str, base: dict, peak: float) -> str:
+    """One table row; on a GPU with the pack's peak memory, and a K that does not fit says so."""
+    raw, overrides = MODELS_TO_BENCH[name]
+    gpu = device.startswith("cuda")
+    if gpu:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        rate, trainer = pack_rate(raw, overrides, k, seconds, variant, device)
+    except torch.cuda.OutOfMemoryError:
+        total = torch.cuda.mem_get_info(device)[1]
+        return f"| {name} | {variant} | {k} | out of memory ({total / 2**30:.0f} GiB card) | | | | |"
+    base.setdefault(variant, rate)
+    gflops = rate * matmul_flops_per_model_step(trainer) / 1e9
+    memory = f" {torch.cuda.max_memory_allocated(device) / 2**20:,.0f} |" if gpu else ""
+    return (f"| {name} | {variant} | {k} | {rate:,.0f} | {rate / base[variant]:.1f} | {gflops:.1f} | "
+            f"{100 * gflops / peak:.0f}% |{memory}")
 
 
 if __name__ == "__main__":

@@ -150,6 +150,13 @@ def test_progress_is_a_live_line_on_a_terminal_and_plain_lines_in_a_log(capsys, 
     assert len(out) == 2 and "\r" not in "".join(out)  # the first result, then where it ended
     assert out[0].split(" ", 1)[1].startswith("[grokray] 3/10 configurations | confusion 2 grokking 1 |")
     assert "ETA" in out[1]
+    # every configuration done, though most stopped early (a tenth of their budget's work): done, not an ETA
+    line.on_trial_result(0, [], T(1), {"members_done": 5, "members": 5, "step": 10, "phases": {"comprehension": 5}})
+    line.on_trial_result(0, [], T(0), {**first, "members_done": 5})
+    assert line.line().endswith(" done") and "10/10 configurations" in line.line()
+    line.on_trial_result(0, [], T(0), {**first, "members_done": 4})  # 9 of 10 done after 90 s: 10 s or less to go
+    line.start -= 90
+    assert line.line().split(" | ")[-1] in {"1m30s ETA 10s", "1m31s ETA 10s"}
     never = ProgressLine(10, 1000, mode="never")
     never.setup()
     never.on_trial_result(0, [], T(0), first)

@@ -57,9 +57,14 @@ class ProgressLine(tune.Callback):
             for p, n in (r.get("phases") or {}).items():
                 phases[p] = phases.get(p, 0) + n
             work += r.get("step", 0) * r.get("members", 0)
-        frac = min(1.0, work / self.total_work)
+        # total_work counts every member to its budget, which early stoppers never train: configurations done
+        # are a floor on the share done, so a finished launch says so instead of minutes still to go
+        frac = max(min(1.0, work / self.total_work), done / max(1, self.total_configs))
         elapsed = time.time() - self.start
-        eta = f"ETA {_fmt_s(elapsed * (1 - frac) / frac)}" if frac > 0.02 else "ETA ?"
+        if done >= self.total_configs:
+            eta = "done"
+        else:
+            eta = f"ETA {_fmt_s(elapsed * (1 - frac) / frac)}" if frac > 0.02 else "ETA ?"
         counts = " ".join(f"{p} {n}" for p, n in sorted(phases.items())) or "-"
         return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {_fmt_s(elapsed)} {eta}"
 

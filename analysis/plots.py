@@ -139,7 +139,9 @@ def facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
 
 
 def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3,
-               hatched: Sequence[bool] | None = None) -> None:
+               hatched: Sequence[bool] | None = None, split: Sequence[list] | None = None) -> None:
+    """One rectangle per cell in its colour; `split`: per cell, colours to divide it into side by side (a tie
+    drawn as every tied phase, none of them first), or an empty list for a whole cell."""
     ax_x, ax_y = CellAxis(grid.x_values, grid.x_log), CellAxis(grid.y_values, grid.y_log)
     rects = []
     for xv, yv in zip(cells[grid.x], cells[grid.y], strict=True):
@@ -148,6 +150,15 @@ def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolor
         rects.append(Rectangle((x0, y0), x1 - x0, y1 - y0))
     ax.add_collection(PatchCollection(rects, facecolors=colors, edgecolors=edgecolors or "white",
                                       linewidths=linewidths))
+    for rect, parts in zip(rects, split or [], strict=False):
+        if parts:
+            x0, x1 = rect.get_x(), rect.get_x() + rect.get_width()
+            cuts = (np.geomspace(x0, x1, len(parts) + 1) if ax_x.log and x0 > 0 else
+                    np.linspace(x0, x1, len(parts) + 1))
+            ax.add_collection(PatchCollection(
+                [Rectangle((a, rect.get_y()), b - a, rect.get_height()) for a, b in zip(cuts[:-1], cuts[1:],
+                                                                                         strict=True)],
+                facecolors=parts, edgecolors="none"))
     if hatched is not None and any(hatched):  # a tie between phases: hatched over its colour
         ax.add_collection(PatchCollection([r for r, h in zip(rects, hatched, strict=True) if h], facecolors="none",
                                           edgecolors="black", linewidths=0, hatch="///"))

@@ -50,12 +50,16 @@ def _panels(grid: PhaseGrid, extra_w: float):
 
 
 def phase_panel(ax, grid: PhaseGrid, fv: tuple, annotate: bool | None) -> None:
-    """One panel of majority phases: opacity = agreement, hatched = a tie, 'k/n' where seeds disagree."""
+    """One panel of majority phases: opacity = agreement, a tie split between its phases and hatched, 'k/n' where
+    seeds disagree."""
     cells = facet_cells(grid, fv)
     colors = [to_rgba(phase_color(p), 0.25 + 0.75 * a) for p, a in zip(cells["phase"], cells["agreement"],
                                                                            strict=True)]
     tie = cells["tie"].astype(bool).tolist() if "tie" in cells else None
-    draw_cells(ax, grid, cells, colors, hatched=tie)
+    # a tie is split between its phases, in the phase order, so no one of them is shown as the cell's
+    split = [[to_rgba(phase_color(p), 0.25 + 0.75 * a) for p in t.split("|")] if t else []
+             for t, a in zip(cells["tie"], cells["agreement"], strict=True)] if tie else None
+    draw_cells(ax, grid, cells, colors, hatched=tie, split=split)
     if annotate if annotate is not None else len(cells) <= MAX_ANNOTATED:
         voters = cells["n"] - (cells["n_undecodable"] if "n_undecodable" in cells else 0)
         _annotate(ax, grid, cells, [f"{round(a * v)}/{v}" if v > 1 and a < 1 else "" for a, v in
@@ -76,7 +80,7 @@ def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None, 
     present = [p for p in (*grid.phases, UNDECODABLE) if (cells_all["phase"] == p).any()]
     notes = [text for shown, text in (
         ((cells_all["agreement"] < 1).any(), "faded, k/n: seeds disagree"),
-        ((cells_all["tie"] != "").any(), "hatched: a tie"),
+        ((cells_all["tie"] != "").any(), "split, hatched: a tie"),
         ((cells_all["n_undecodable"] > 0).any(), "undecodable splits do not vote")) if shown]
     phase_legend(fig, present, ";\n".join(notes) or None)
     titled(fig, title or f"phase diagram: {grid.y} vs {grid.x}", subtitle)

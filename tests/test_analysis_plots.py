@@ -27,7 +27,16 @@ def test_phase_diagram_and_heatmap(tmp_path):
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     # the legend lists the phases the figure shows (no cell's majority is val_without_train), then how to read it
     assert labels[:5] == ["comprehension", "grokking", "memorization", "confusion", "diverged"]
-    assert labels[5:] == ["faded, k/n: seeds disagree;\nhatched: a tie"]
+    assert labels[5:] == ["faded, k/n: seeds disagree;\nsplit, hatched: a tie"]
+    # the three-way tie at (1e-4, 1) is drawn as three slices, one per tied phase, not as comprehension's cell
+    from matplotlib.colors import to_hex
+
+    slices = [c for c in ax.collections if len(c.get_paths()) == 3 and c.get_hatch() is None]
+    assert len(slices) == 1
+    assert [to_hex(f, keep_alpha=False) for f in slices[0].get_facecolors()] == [
+        to_hex(plots.phase_color(p)) for p in ("comprehension", "grokking", "memorization")]
+    left, right = (path.get_extents() for path in (slices[0].get_paths()[0], slices[0].get_paths()[2]))
+    assert left.x1 <= right.x0 and left.y0 == right.y0  # side by side in the cell (lr 1e-4, wd 1)
     assert any(t.get_text() == "2/3" for t in ax.texts)  # seeds disagree in (1e-4, 0)
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("decoder lr", "decoder weight decay")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1e-4", "1e-3", "1e-2"]

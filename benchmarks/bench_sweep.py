@@ -109,6 +109,7 @@ def grid_spec(steps: int):
         f"sweep.optim.decoder.lr.logspace=[-4, -2, {len(LRS)}]",
         f"sweep.optim.decoder.weight_decay.values={json.dumps(WDS)}",
         f"train.steps={steps}", f"phases.budget={steps}", "phases.stop_when_classified=false",
+        "seeds=[0]",  # the plain Tune baseline trains seed 0 of each cell
     ]
     return load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides)
 

@@ -177,9 +177,9 @@ def test_adaptive_block_from_the_spec():
     assert plan.lattice.x.log and not plan.lattice.y.log
     assert (plan.lattice.x.lo, plan.lattice.x.hi, plan.lattice.y.lo, plan.lattice.y.hi) == pytest.approx(
         (1e-4, 1e-2, 0, 10))
-    assert plan.budget == 60 and plan.rules.extra_seeds == [5] and plan.seeds == (1,)
-    assert len(next_points(plan, {}).trials) == 15
-    assert parse_adaptive(build_spec(raw), {}).budget == 17 * 17  # --adaptive on a spec without the block
+    assert plan.budget == 60 and plan.rules.extra_seeds == [5] and plan.seeds == (0, 1, 2, 3)
+    assert len(next_points(plan, {}).trials) == 15 * 4  # the 5 x 3 start grid, every seed
+    assert parse_adaptive(build_spec(raw), {}).budget == 17 * 17 * 4  # --adaptive on a spec without the block
 
     def err(block, **extra):
         with pytest.raises(SpecError) as info:
@@ -291,6 +291,8 @@ def test_cli_adaptive_dry_run(capsys):
 
     assert main(["run", str(QUICKSTART), "--adaptive", "--dry-run", "-s", "adaptive.budget=100"]) == 0
     out = capsys.readouterr().out
-    assert "target 17x17" in out and "round 0:        25 configurations" in out and "budget:         100 of 289" in out
+    # the quickstart's four seeds: every lattice point is four configurations
+    assert "target 17x17" in out and "round 0:        100 configurations" in out
+    assert "budget:         100 of 1156" in out
     assert main(["run", str(QUICKSTART), "--adaptive", "--dry-run", "-s", "adaptive.target=[16, 17]"]) == 2
     assert "adaptive.target[0]" in capsys.readouterr().err

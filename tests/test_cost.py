@@ -76,7 +76,7 @@ def test_schedule_is_longest_first_onto_the_least_loaded_slot():
 
 
 def test_pack_seconds_and_the_plans_estimate_follow_the_step_costs():
-    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5"])  # 20 configs, 4 packs of 5
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5", "seeds=[1]"])  # 20 configs, 4 packs
     plan = expand(spec, slots=2)
     assert [len(p.members) for p in plan.packs] == [5, 5, 5, 5]
     cost = StepCost(a=1e-3, b=2e-4)
@@ -209,7 +209,7 @@ def test_the_share_that_trains_to_budget_is_read_from_the_nearest_stored_budget(
 
 def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5"])  # 20 configs, 4 packs of 5
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5", "seeds=[1]"])  # 20 configs, 4 packs
     plan = expand(spec, slots=2)
     budget = 10000
     start = PACK_START_S + 5 * 0.05

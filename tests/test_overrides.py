@@ -16,7 +16,7 @@ RFM_SYMMETRY = ROOT / "sweeps" / "rfm_symmetry.yaml"
 
 def test_a_swept_key_is_pinned_to_the_value_and_the_spec_says_so():
     spec = load_spec(QUICKSTART, ["optim.decoder.lr=3e-4"])
-    assert spec.axes["optim.decoder.lr"] == [3e-4] and len(spec.points()) == 4  # the wd axis is still swept
+    assert spec.axes["optim.decoder.lr"] == [3e-4] and len(spec.points()) == 16  # 4 wds (still swept) x 4 seeds
     assert {t.optim["decoder"].lr for t in spec.trials()} == {3e-4}
     assert spec.notes == ["-s optim.decoder.lr=3e-4 pins the sweep axis optim.decoder.lr to that one value (the "
                           "spec swept logspace: [-4, -2, 5])"]
@@ -40,7 +40,7 @@ def test_run_dry_run_counts_the_pinned_grid(capsys):
     assert main(["run", str(QUICKSTART), "--dry-run", "--no-calibrate", "-s", "optim.decoder.weight_decay=5",
                  "--tracking-uri", "sqlite:////nonexistent/x.db"]) == 0
     captured = capsys.readouterr()
-    assert "configurations: 5" in captured.out and "pins the sweep axis optim.decoder.weight_decay" in captured.err
+    assert "configurations: 20" in captured.out and "pins the sweep axis optim.decoder.weight_decay" in captured.err
 
 
 @pytest.mark.parametrize(("override", "field", "hint"), [
@@ -72,7 +72,7 @@ DOC_COMMANDS = [  # (spec, overrides, configurations) of the commands docs/repro
                                    "sweep.optim.decoder.lr.logspace=[-3,-2,3]",
                                    "sweep.optim.decoder.weight_decay.values=[0,0.3,1,3]",
                                    "sweep.model.dropout.values=[0.0]"], 12),
-    ("quickstart.yaml", ["artifacts.final_state=true"], 20),
+    ("quickstart.yaml", ["artifacts.final_state=true"], 80),
 ]
 
 

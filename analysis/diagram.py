@@ -82,9 +82,10 @@ class PhaseGrid(NamedTuple):
     """One row of `cells` per (facet..., y, x) present in the runs.
 
     cells columns: the facet axes, y, x, `phase` (majority; a tie goes to the earlier phase in `phases`, and says
-    so in `tie`), `tie` (the top count is shared: "comprehension|memorization", else ""), `agreement` (majority
-    count / voting runs), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase over all of them,
-    `vote_<phase>` over the voting ones (decodable splits), `n_undecodable` (runs whose
+    so in `tie`), `tie` (the top count is shared: "comprehension|memorization", else ""), `shown` (what a table
+    prints for the cell: its tie when there is one, else its phase, so no tie reads as one phase), `agreement`
+    (majority count / voting runs), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase over all
+    of them, `vote_<phase>` over the voting ones (decodable splits), `n_undecodable` (runs whose
     split's ideal val accuracy is below the phase threshold: no model could reach it), `n_generalized` (runs with a
     val crossing), `median_steps` and `log10_steps` (of `steps_col` over the runs that have one; NaN when none),
     `steps` (the median over the cell's decodable runs with a run that never crossed counted as never: so one fast
@@ -160,6 +161,8 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
     cols = [*keys, "phase", "tie", "agreement", "n", "n_undecodable", "n_generalized", "median_steps", "log10_steps",
             "steps", "share_generalized", *(f"count_{p}" for p in phases), *(f"vote_{p}" for p in phases)]
     cells = pd.DataFrame(rows, columns=cols)
+    cells.insert(cols.index("tie") + 1, "shown",
+                 [t or p for t, p in zip(cells["tie"], cells["phase"], strict=True)])
     cells = cells.sort_values(keys, kind="stable", key=_sort_key).reset_index(drop=True)
     is_log = log_axes(runs, [x, y], declared=df.attrs.get("log_axes", ()) if log is None else log)
     facet_values = (list(dict.fromkeys(map(tuple, cells[list(facets)].itertuples(index=False, name=None))))

@@ -84,7 +84,7 @@ def phase_table_text(counts: pd.Series) -> str:
 def _cells_text(grid: PhaseGrid) -> str:
     out = []
     for fv in grid.facet_values:
-        table = pivot(grid, "phase", fv).astype(object).fillna("-")  # a facet with no cell is all NaN floats
+        table = pivot(grid, "shown", fv).astype(object).fillna("-")  # a tie as a|b; a missing cell as -
         head = ", ".join(f"{k}={v}" for k, v in zip(grid.facets, fv, strict=True))
         out.append((f"[{head}]\n" if head else "") + f"rows {grid.y}, columns {grid.x}\n" + table.to_string())
     return "\n\n".join(out)

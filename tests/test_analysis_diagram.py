@@ -76,6 +76,12 @@ def test_phase_grid_majority_agreement_counts():
     counts.index = [i.removeprefix("count_") for i in counts.index]
     pd.testing.assert_series_equal(counts, phase_counts(df), check_names=False)
     assert pivot(grid).loc[0, 1e-3] == "grokking"
+    # what `grokray analyze` prints and the atlas tables show: the tie as a tie, the rest as their phase
+    assert pivot(grid, "shown").loc[1, 1e-4] == "comprehension|grokking|memorization"
+    assert pivot(grid, "shown").loc[0, 1e-4] == "comprehension"
+    from analysis.pipeline import _cells_text
+
+    assert "comprehension|grokking|memorization" in _cells_text(grid)
 
 
 def test_phase_grid_facets_remaining_axes():

@@ -194,9 +194,8 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     lines = [f"![phase diagram](img/{png.name})", "", "Majority phase per cell over the seeds whose split can reach "
              f"the threshold (rows: `{y}`, columns: `{x}`; faded cells in the figure are where seeds disagree; cells "
              "split between the tied phases and hatched, `a|b` here, where the top phases tie):", ""]
-    grid.cells["shown"] = [t or p for t, p in zip(grid.cells["tie"], grid.cells["phase"], strict=True)]
     for fv in grid.facet_values:
-        table = pivot(grid, "shown", fv).fillna("-")
+        table = pivot(grid, "shown", fv).astype(object).fillna("-")
         if grid.facets:
             lines += [f"Panel {', '.join(f'{k}={v}' for k, v in zip(grid.facets, fv, strict=True))}:", ""]
         table.index = [cell(v) for v in table.index]

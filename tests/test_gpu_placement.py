@@ -63,7 +63,8 @@ def test_packs_share_declared_gpus_and_fail_with_their_placement(ray_with_declar
 
     spec = load_spec(QUICKSTART, ["resources.gpu=0.5", "resources.pack_size=1", "train.steps=50", "phases.budget=50",
                                   "sweep.optim.decoder.lr.logspace=[-4,-2,2]",
-                                  "sweep.optim.decoder.weight_decay.values=[0,5]"])  # 4 packs of one, 0.5 GPU each
+                                  "sweep.optim.decoder.weight_decay.values=[0,5]", "seeds=[1]"])  # 4 packs of one,
+    # 0.5 GPU each
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     summary = run_sweep(spec, LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), max_failures=0,
                                            progress="never"))

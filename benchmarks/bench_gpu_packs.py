@@ -19,11 +19,8 @@ import time
 import torch
 
 from grokray.engine import make_trainer
-from grokray.engine.cost import StepCost
 from grokray.engine.sizing import usable_threads
 from grokray.plan.estimate import (
-    ASSUMED_CPU_RATE,
-    ASSUMED_GPU_RATE,
     MEMBER_S,
     PACK_START_S,
     estimate_plan,
@@ -79,12 +76,8 @@ def main():
     print("|---|---|---|---|---|---|---|")
     sampler = GpuSampler() if gpu else None
     total_est = total_wall = total_steps = 0.0
-    measured = [j for j, p in enumerate(plan.packs) if p.pack_id in est.costs]
-    assumed = StepCost(0.0, 1.0 / (ASSUMED_GPU_RATE if gpu else ASSUMED_CPU_RATE))
     for i, pack in enumerate(packs):
-        # the estimate's own rule: a pack takes the step cost of the nearest calibrated pack
-        cost = est.costs[plan.packs[min(measured, key=lambda j: abs(j - i))].pack_id] if measured else assumed
-        training = pack_seconds(pack, cost, use=est.use) - PACK_START_S - MEMBER_S * len(pack.members)
+        training = pack_seconds(pack, est.pack_costs[i], use=est.use) - PACK_START_S - MEMBER_S * len(pack.members)
         start = time.perf_counter()
         trainer = make_trainer([m.config for m in pack.members], device=args.device)
         trainer.run()

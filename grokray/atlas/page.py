@@ -94,7 +94,7 @@ def disagreements(grid) -> pd.DataFrame:
         mix = ", ".join(f"{p} {int(c[f'vote_{p}'])}" for p in grid.phases if c.get(f"vote_{p}", 0))
         if c["n_undecodable"]:
             mix += f"; undecodable {int(c['n_undecodable'])} (no vote)"
-        rows.append({grid.x: c[grid.x], grid.y: c[grid.y], "majority": c["tie"] or c["phase"], "seeds": mix})
+        rows.append({grid.x: c[grid.x], grid.y: c[grid.y], "majority": c["shown"], "seeds": mix})
     return pd.DataFrame(rows, columns=[grid.x, grid.y, "majority", "seeds"])
 
 
@@ -105,7 +105,7 @@ def region_check(grid, regions) -> pd.DataFrame:
     for region in regions:
         inside = [c for _, c in grid.cells.iterrows() if region.contains({grid.x: c[grid.x], grid.y: c[grid.y],
                                                                          **c.to_dict()})]
-        labels = [c["tie"] or c["phase"] for c in inside]
+        labels = [c["shown"] for c in inside]
         matched = labels.count(region.phase)
         others = pd.Series([label for label in labels if label != region.phase]).value_counts()
         label = short_names(list(region.bounds), aliases={})

@@ -56,6 +56,7 @@ class Estimate:
     costs: dict[str, StepCost] = field(default_factory=dict)  # pack id -> calibrated cost (sampled packs)
     use: BudgetUse = PRIOR  # how much of its budget a member was assumed to train
     packing: str = ""  # why the packs are the size they are
+    pack_costs: list[StepCost] = field(default_factory=list)  # per pack, the step cost its estimate used
 
     @property
     def fixed_seconds(self) -> float:
@@ -171,18 +172,19 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
         why = "--no-calibrate" if not calibrate_costs else "no CUDA device here to measure on"
         basis = f"{assumed} ({why})"
     use = use or PRIOR
-    expected, upper = [], []
+    expected, upper, pack_costs = [], [], []
     for i, pack in enumerate(plan.packs):
         if order:
             nearest = min(order, key=lambda j: abs(j - i))
             cost = costs[plan.packs[nearest].pack_id]
         else:
             cost = flat
+        pack_costs.append(cost)
         expected.append(pack_seconds(pack, cost, use=use))
         upper.append(pack_seconds(pack, cost, expected=False))
     slots = slots or _slots(plan, cpus)
     return Estimate(plan.n_configs, len(plan.packs), plan.model_steps, SWEEP_S + schedule(expected, slots),
-                    SWEEP_S + schedule(upper, slots), slots, basis, costs, use, packing_reason(plan))
+                    SWEEP_S + schedule(upper, slots), slots, basis, costs, use, packing_reason(plan), pack_costs)
 
 
 def packing_reason(plan: Plan) -> str:

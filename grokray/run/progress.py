@@ -61,10 +61,8 @@ class ProgressLine(tune.Callback):
         # are a floor on the share done, so a finished launch says so instead of minutes still to go
         frac = max(min(1.0, work / self.total_work), done / max(1, self.total_configs))
         elapsed = time.time() - self.start
-        if done >= self.total_configs:
-            eta = "done"
-        else:
-            eta = f"ETA {_fmt_s(elapsed * (1 - frac) / frac)}" if frac > 0.02 else "ETA ?"
+        eta = ("done" if done >= self.total_configs else
+               f"ETA {_fmt_s(elapsed * (1 - frac) / frac)}" if frac > 0.02 else "ETA ?")
         counts = " ".join(f"{p} {n}" for p, n in sorted(phases.items())) or "-"
         return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {_fmt_s(elapsed)} {eta}"
 

@@ -63,8 +63,17 @@ def _seeds_text(seeds: list) -> str:
     return f"{len(seeds)} seeds"
 
 
+def step_unit(runs: pd.DataFrame) -> str:
+    """'iterations' when every run's model counts iterations as steps (the RFM trainer), else 'steps'."""
+    from grokray.models import MODELS
+
+    models = runs["model"].dropna().unique().tolist() if "model" in runs else []
+    rfm = [m for m in models if m in MODELS and getattr(MODELS.get(m).build, "trainer", "pack") == "rfm"]
+    return "iterations" if models and len(rfm) == len(models) else "steps"
+
+
 def runs_subtitle(runs: pd.DataFrame) -> str:
-    """'4 seeds (0-3) · 100,000 steps · 484 configurations': what one cell aggregates, and over what budget."""
+    """'4 seeds (0-3) · budget 100,000 steps · 484 configurations': what one cell aggregates, over what budget."""
     parts = []
     if "seed" in runs and runs["seed"].notna().any():
         seeds = sorted(pd.to_numeric(runs["seed"], errors="coerce").dropna().unique().tolist())
@@ -74,7 +83,7 @@ def runs_subtitle(runs: pd.DataFrame) -> str:
             budgets = sorted(pd.to_numeric(runs[col], errors="coerce").dropna().unique().tolist())
             if budgets:
                 shown = f"{int(budgets[0]):,}" if len(budgets) == 1 else f"{int(budgets[0]):,}-{int(budgets[-1]):,}"
-                parts.append(f"budget {shown} steps")
+                parts.append(f"budget {shown} {step_unit(runs)}")
                 break
     parts.append(f"{int(np.sum(runs['phase'].notna())) if 'phase' in runs else len(runs):,} configurations")
     return " · ".join(parts)

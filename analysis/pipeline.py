@@ -18,7 +18,7 @@ from grokray.tracking.schema import ANALYSIS_DIR
 from . import plots
 from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
-from .labels import runs_subtitle
+from .labels import runs_subtitle, step_unit
 from .load import load_runs, mlflow_client, parent_runs
 from .plots_diagram import plot_comparison, plot_phase_diagram, plot_steps_heatmap
 from .representations import agop_image, pca
@@ -172,10 +172,11 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
 
     grid = phase_grid(df, x, y)
     counts = phase_counts(df)
-    subtitle = runs_subtitle(df)
+    subtitle, unit = runs_subtitle(df), step_unit(df)
     files += plots.save_figure(plot_phase_diagram(grid, title=f"{name}: phase diagram", subtitle=subtitle),
                                out / "phase_diagram")
-    files += plots.save_figure(plot_steps_heatmap(grid, title=f"{name}: steps to generalize", subtitle=subtitle),
+    files += plots.save_figure(plot_steps_heatmap(grid, title=f"{name}: {unit} to generalize", subtitle=subtitle,
+                                                  unit=unit),
                                out / "steps_heatmap")
     (out / "phase_table.txt").write_text(phase_table_text(counts) + "\n\n" + _cells_text(grid) + "\n")
     grid.cells.to_csv(out / "cells.csv", index=False)

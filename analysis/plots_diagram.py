@@ -88,9 +88,10 @@ def plot_phase_diagram(grid: PhaseGrid, path=None, *, title: str | None = None, 
 
 
 def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None, subtitle: str | None = None,
-                       annotate: bool | None = None) -> Figure:
-    """Median steps to generalize per cell, in steps on a log colour scale; a seed that never generalized counts
-    as never, and a cell whose median is never is grey. Cells where only some seeds generalized say 'k/n'."""
+                       annotate: bool | None = None, unit: str = "steps") -> Figure:
+    """Median steps (`unit`: the RFM counts iterations) to generalize per cell, on a log colour scale; a seed that
+    never generalized counts as never, and a cell whose median is never is grey. A cell where only some seeds
+    generalized says 'k/n'."""
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
 
@@ -114,10 +115,10 @@ def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None, 
         if grid.facets:
             ax.set_title(facet_title(grid, fv), fontsize=9)
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(),
-                       label="median steps to generalize\n(grey: most seeds never did; k/n: seeds that did)")
+                       label=f"median {unit} to generalize\n(grey: most seeds never did; k/n: seeds that did)")
     if isinstance(norm, LogNorm):
         steps_ticks(bar.ax.yaxis)
-    titled(fig, title or "steps to generalize", subtitle)
+    titled(fig, title or f"{unit} to generalize", subtitle)
     return finish_figure(fig, path)
 
 

@@ -172,7 +172,7 @@ def _search_dry_run(spec, cfg, args) -> int:
     found = measured_budget_use(resolve_tracking_uri(args.tracking_uri), spec.name, plan_budget(plan))
     estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, slots=cfg.max_concurrent,
                              use=BudgetUse(*found) if found else None)
-    print("\n".join(search_plan_lines(cfg, n, plan_budget(plan), estimate)))
+    print("\n".join(search_plan_lines(cfg, n, plan_budget(plan), estimate, spec.seeds)))
     return 0
 
 

@@ -61,15 +61,18 @@ def phase_table(counts: dict[str, int], total: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def search_plan_lines(cfg, n_trials: int, budget: int, estimate) -> list[str]:
+def search_plan_lines(cfg, n_trials: int, budget: int, estimate, seeds: list[int] = (0,)) -> list[str]:
     """`grokray search --dry-run`: the study, its space and objective, the trials and the cost estimate."""
     space = "; ".join(f"{k}: {d.describe()}" for k, d in cfg.space.items())
+    counted = ("" if len(seeds) == 1 or "seed" in cfg.space else
+               f" at each of seeds {', '.join(map(str, seeds))} (one pack; it scores what a majority of its voting "
+               "seeds reached)")
     return [f"study:          {cfg.study} ({cfg.sampler} sampler, seed {cfg.seed}"
             + (", ASHA pruning" if cfg.asha else "") + ")",
             f"search space:   {space}",
             f"objective:      {', '.join(cfg.objective)} (a trial that never generalizes scores {cfg.penalty:g})",
-            f"trials:         {n_trials}, {cfg.max_concurrent} at once; each trains one configuration up to "
-            f"{budget:,} steps",
+            f"trials:         {n_trials}, {cfg.max_concurrent} at once; each trains one configuration{counted} up "
+            f"to {budget:,} steps",
             *(line for line in estimate.lines() if not line.startswith(("configurations:", "packs:"))),
             "(the start point's cost stands for every trial: the searched values change it as the study runs)"]
 
@@ -89,7 +92,9 @@ def search_report(summary, cfg, threshold: float) -> list[str]:
         values = ", ".join(f"{n}={v:g}" for n, v in zip(cfg.objective, best["values"], strict=True))
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())
         run = f"; MLflow run {best['mlflow_run_id']}" if best.get("mlflow_run_id") else ""
-        lines.append(f"best trial #{best['number']}: {values} ({best['phase']}); {params}{run}")
+        seeds = (f", {best['seeds_generalized']} of {best['seeds_voting']} voting seeds generalized"
+                 if "seeds_voting" in best else "")
+        lines.append(f"best trial #{best['number']}: {values} ({best['phase']}{seeds}); {params}{run}")
     if summary.journal_path:
         lines += [f"study journal: {summary.journal_path}",
                   f"  optuna.load_study(study_name={summary.study_name!r}, "

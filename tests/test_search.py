@@ -79,6 +79,33 @@ def test_smoke_search_end_to_end_one_child_run_per_trial(local_ray, tmp_path):
             "search/param_importances.csv"} <= arts
 
 
+def test_a_trial_counts_every_seed_and_scores_what_a_majority_reached(local_ray, tmp_path):
+    """With seeds [1, 2] each trial is one pack of two child runs, both named by the trial; the trial's value is
+    the one a majority of its seeds reached (of two: the slower), computed here again from MLflow alone."""
+    from grokray.search.objective import objective_values
+
+    spec = load_spec(TOY, ["seeds=[1, 2]", "search.n_trials=2", "train.steps=1500", "phases.budget=1500"],
+                     scale="smoke")
+    summary = _search(tmp_path, spec)
+    study = _load(summary)
+    assert summary.completed == 2 and study.user_attrs["grokray.fingerprint"]["seeds"] == [1, 2]
+    children = _children(summary)
+    assert len(children) == 4
+    for t in study.trials:
+        runs = [r for r in children if r.data.tags["grokray.search.trial"] == str(t.number)]
+        assert sorted(r.data.params["seed"] for r in runs) == ["1", "2"]
+        assert sorted(t.user_attrs["member_keys"]) == sorted(r.data.tags["grokray.trial_key"] for r in runs)
+        assert set(t.user_attrs["mlflow_run_id"].split(",")) == {r.info.run_id for r in runs}
+        assert all(r.data.metrics["ideal_val_acc"] >= 0.9 for r in runs)  # both splits vote
+        per_seed = [objective_values(["time_to_generalize"], r.data.tags["grokray.phase"],
+                                     r.data.metrics.get("step_train_acc_0.9"), r.data.metrics.get("step_val_acc_0.9"),
+                                     3000.0)[0] for r in runs]
+        assert t.values == [max(per_seed)] and t.user_attrs["seeds_voting"] == 2
+        assert t.user_attrs["seeds_generalized"] == sum(v < 3000.0 for v in per_seed)
+        assert t.user_attrs["seed_phases"] == ", ".join(f"seed {r.data.params['seed']}: {r.data.tags['grokray.phase']}"
+                                                       for r in sorted(runs, key=lambda r: r.data.params["seed"]))
+
+
 def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path):
     # Three possible configurations, so a grown study must meet repeats: they are answered from the study.
     space = "search.space={optim.decoder.weight_decay: {categorical: [0, 1, 5]}}"
@@ -147,7 +174,8 @@ def test_best_configuration_generalizes_twice_as_fast_as_the_start(local_ray, tm
     744 steps (best 435: embedding lr 4.0e-3, decoder wd 2.72), 3.3x; 17 s on 2 quiet cores, 143 s loaded."""
     from grokray.engine import run_trial
 
-    spec = load_spec(TOY, ["optim.decoder.lr=1e-3", "train.steps=2000", "phases.budget=2000", "phases.gap=100",
+    spec = load_spec(TOY, ["seeds=[1]", "optim.decoder.lr=1e-3", "train.steps=2000", "phases.budget=2000",
+                           "phases.gap=100",
                            "search.space={optim.embedding.lr: {float: [1.0e-3, 1.0e-2], log: true}, "
                            "optim.decoder.weight_decay: {float: [0, 5]}}", "search.n_trials=4", "search.seed=0"])
     start = run_trial(start_trial(spec))

@@ -6,8 +6,14 @@ from pathlib import Path
 import pytest
 
 from grokray.errors import SpecError
-from grokray.search.config import parse_search, start_trial
-from grokray.search.objective import grokking_gap, objective_values, report_metrics, time_to_generalize
+from grokray.search.config import parse_search, start_trial, trial_configs
+from grokray.search.objective import (
+    grokking_gap,
+    objective_values,
+    report_metrics,
+    seed_vote,
+    time_to_generalize,
+)
 from grokray.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,11 +63,11 @@ def test_default_penalty_is_twice_the_budget_and_must_exceed_it():
     ("search.asha={grace: 0}", r"search.asha.grace: got 0; must be >= 1"),
     ("search.asha={reduction_factor: 2}", r"search.asha.grace: missing"),
     ("search.pruner=asha", r"search.pruner: unknown key"),
-    ("seeds=[0, 1]", r"seeds: got \[0, 1\]; a search trains one configuration per trial"),
+    ("search.space.seed={categorical: [0, 1]}", r"search.space.seed: the spec counts seeds \[1, 2\]"),
 ])
 def test_search_block_errors_name_the_field(override, message):
     with pytest.raises(SpecError, match=message):
-        parse_search(load_spec(TOY, [override]))
+        parse_search(load_spec(TOY, [override] + (["seeds=[1, 2]"] if "space.seed" in override else [])))
 
 
 def test_search_block_parses_nested_overrides_and_the_start_point():
@@ -71,9 +77,55 @@ def test_search_block_parses_nested_overrides_and_the_start_point():
     assert "optim.default.init_scale" in cfg.space and cfg.space["optim.default.init_scale"].log
     assert cfg.multi and cfg.asha.grace == 200 and cfg.asha.reduction_factor == 3
     start = start_trial(spec)
-    assert (start.optim["decoder"].lr, start.optim["decoder"].weight_decay, start.seed) == (1e-4, 5.0, 1)
+    assert (start.optim["decoder"].lr, start.optim["decoder"].weight_decay, start.seed) == (1e-4, 5.0, 0)
+    assert [c.seed for c in trial_configs(spec, {})] == [0, 1, 2, 3]  # every trial counts the spec's seeds
     grid = cfg.space["optim.decoder.lr"].grid(3)
     assert [round(math.log10(v), 6) for v in grid] == [-4, -3, -2]
+
+
+def _seed(seed, phase, step_train, step_val, ideal=None):
+    return {"seed": seed, "phase": phase, "step_train": step_train, "step_val": step_val, "threshold": 0.9,
+            "ideal": ideal}
+
+
+def test_a_trial_over_several_seeds_scores_what_a_majority_reached():
+    """Seeds are counted: one fast seed does not make a fast trial, and an undecodable split does not vote."""
+    objective, penalty = ["time_to_generalize", "grokking_gap"], 800.0
+    fast_one = [_seed(1, "grokking", 100, 300), _seed(2, "memorization", 90, None), _seed(3, "confusion", None, None)]
+    vote = seed_vote(objective, penalty, fast_one)
+    assert vote["values"] == [800.0, 800.0] and vote["seeds_generalized"] == 1  # 1 of 3 is not a majority
+    two = [_seed(1, "grokking", 100, 300), _seed(2, "comprehension", 150, 200), _seed(3, "confusion", None, None)]
+    vote = seed_vote(objective, penalty, two)
+    assert vote["values"] == [300.0, 200.0]  # per objective: the 2nd best of 3 (50 and 200 are the gaps)
+    assert two[vote["decider"]]["seed"] == 1 and vote["seed_phases"].startswith("seed 1: grokking, seed 2")
+    undecodable = [_seed(0, "memorization", 80, None, ideal=0.8), *two[:2]]
+    vote = seed_vote(objective, penalty, undecodable)
+    assert vote["seeds_voting"] == 2 and vote["values"] == [300.0, 200.0]  # 2 of 2 voters: the slower one
+    assert "seed 0: memorization (undecodable)" in vote["seed_phases"]
+    alone = seed_vote(objective, penalty, [_seed(4, "grokking", 120, 350)])
+    assert alone["values"] == [350.0, 230.0] and alone["seeds_voting"] == 1  # one seed: as it always was
+
+
+def test_an_interrupted_trial_over_seeds_is_answered_only_when_every_seed_finished():
+    """--resume after a dead driver: a trial whose two seed runs both finished is told their vote; one with a seed
+    still unfinished is failed and queued again."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState
+
+    from grokray.search.study import MEMBER_KEYS_ATTR, recover_interrupted
+
+    cfg = parse_search(load_spec(TOY, ["seeds=[1, 2]"], scale="smoke"))
+    study = optuna.create_study()
+    both, half = (study.ask({"optim.decoder.lr": FloatDistribution(1e-4, 1e-2, log=True)}) for _ in range(2))
+    for t, keys in ((both, ["a1", "a2"]), (half, ["b1", "b2"])):
+        study._storage.set_trial_user_attr(t._trial_id, MEMBER_KEYS_ATTR, keys)
+    finished = {"a1": _seed(1, "grokking", 100, 300), "a2": _seed(2, "comprehension", 150, 200),
+                "b1": _seed(1, "grokking", 100, 250)}
+    assert recover_interrupted(study, finished, cfg) == (1, 1)
+    told, failed = study.trials[both.number], study.trials[half.number]
+    assert told.values == [300.0] and told.user_attrs["seeds_generalized"] == 2  # the slower of two
+    assert told.user_attrs["phase"] == "grokking" and failed.state == TrialState.FAIL
 
 
 def test_report_hook_scores_an_unfinished_trial_with_the_penalty():
@@ -88,6 +140,13 @@ def test_report_hook_scores_an_unfinished_trial_with_the_penalty():
     out = report_metrics(objective, 800.0, [config], [done])
     assert (out["time_to_generalize"], out["grokking_gap"], out["val/acc"]) == (350.0, 230.0, 0.95)
     assert out["trial_key"] == config.key()
+    # two seeds: the trial is scored by the slower one (a majority of 2 is both), val/acc by the lower one
+    configs = trial_configs(load_spec(TOY, ["seeds=[1, 2]"], scale="smoke"), {})
+    later = MemberResult("grokking", 100, 500, 400, 500, {"val/acc": 0.91}, {})
+    out = report_metrics(objective, 800.0, configs, [done, later])
+    assert (out["time_to_generalize"], out["grokking_gap"], out["val/acc"]) == (500.0, 400.0, 0.91)
+    assert out["seeds_generalized"] == 2 and out["trial_key"] not in (configs[0].key(), configs[1].key())
+    assert report_metrics(objective, 800.0, configs, [done, running])["time_to_generalize"] == 800.0
 
 
 def _study(multi):

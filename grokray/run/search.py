@@ -1,10 +1,10 @@
-"""`grokray search`: the search driver. Optuna's sampler inside Ray Tune, one configuration per trial, a
-persistent study.
+"""`grokray search`: the search driver. Optuna's sampler inside Ray Tune, one configuration per trial (trained
+at each of the spec's seeds, as one pack), a persistent study.
 
 The study lives in Optuna storage (search.study: a JournalStorage file beside the Ray Tune results, or an RDB URL),
 so it outlives any one run: `--resume` loads it, trials it already holds keep their values, and the sampler sees
 them. A suggestion whose configuration the study already evaluated is answered from the study (told with the
-stored values and re-asked), never trained again. Each trial is a pack of one for the shared `train_pack`, so
+stored values and re-asked), never trained again. Each trial is a pack (its seeds) for the shared `train_pack`, so
 checkpoints, retries, the outage spool and the MLflow child-run layout are every driver's; each report carries
 val/acc (for ASHA) and the objective (for OptunaSearch).
 """
@@ -23,8 +23,10 @@ from ray.tune.search.optuna import OptunaSearch
 from ..errors import SpecError
 from ..plan.expand import run_name
 from ..search.artifacts import log_parent_results
-from ..search.config import SearchConfig, parse_search, start_point, trial_config
+from ..search.config import SearchConfig, parse_search, trial_config, trial_configs
+from ..search.objective import trial_key
 from ..search.study import (
+    MEMBER_KEYS_ATTR,
     PARENT_RUN_ATTR,
     RUN_ID_ATTR,
     TRACKING_URI_ATTR,
@@ -72,7 +74,7 @@ class SearchSummary(LaunchSummary):
 
 
 class GrokraySearch(OptunaSearch):
-    """OptunaSearch that turns each suggestion into a one-member pack, answers repeated configurations from the
+    """OptunaSearch that turns each suggestion into a pack of its seeds, answers repeated configurations from the
     study instead of training them again, and records each trial's key and phase as Optuna user attributes."""
 
     def __init__(self, spec: Spec, cfg: SearchConfig, target: int | None = None, **kwargs):
@@ -97,8 +99,8 @@ class GrokraySearch(OptunaSearch):
             if self._full() or attempt == MAX_REASKS:  # the target is reached, or the space seems spent
                 return Searcher.FINISHED
             params = super().suggest(trial_id)
-            config = trial_config(self.spec, params)
-            key = config.key()
+            configs = trial_configs(self.spec, params)
+            key = trial_key(configs)
             ot_trial = self._ot_trials[trial_id]
             seen = self._done.get(key)
             if seen is None and key in self._running.values():
@@ -116,19 +118,25 @@ class GrokraySearch(OptunaSearch):
                 continue
             break
         ot_trial.set_user_attr("trial_key", key)
+        if len(configs) > 1:
+            ot_trial.set_user_attr(MEMBER_KEYS_ATTR, [c.key() for c in configs])
         self._running[trial_id] = key
-        point = {**{k: v for k, v in start_point(self.spec).items() if k == "seed"}, **params}
-        name = f"#{ot_trial.number} " + run_name(point, list(self.cfg.space), self.log_axes)
-        pack = {"pack_id": f"search-{key}",
-                "members": [{"config": config.to_dict(), "key": key, "name": name, "point": point,
-                             "tags": {SEARCH_TRIAL_TAG: ot_trial.number, SEARCH_STUDY_TAG: self.cfg.study}}]}
+        members = []
+        for config in configs:
+            point = {"seed": config.seed, **params}
+            members.append({"config": config.to_dict(), "key": config.key(), "point": point,
+                            "name": f"#{ot_trial.number} " + run_name(point, list(self.cfg.space), self.log_axes),
+                            "tags": {SEARCH_TRIAL_TAG: ot_trial.number, SEARCH_STUDY_TAG: self.cfg.study}})
+        pack = {"pack_id": f"search-{key}", "members": members}
         return {**params, "pack": pack, "optuna_trial": ot_trial.number}
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
         key = self._running.pop(trial_id, None)
         ot_trial = self._ot_trials.get(trial_id)
         if ot_trial is not None and result:
-            for attr in ("phase", "step_train_acc", "step_val_acc", "val/acc", "step", RUN_ID_ATTR):
+            several = len(ot_trial.user_attrs.get(MEMBER_KEYS_ATTR, [])) > 1
+            for attr in ("phase", "step_train_acc", "step_val_acc", "val/acc", "step", RUN_ID_ATTR,
+                         *(("seeds_voting", "seeds_generalized", "seed_phases") if several else ())):
                 if attr in result:
                     ot_trial.set_user_attr(attr.replace("/", "_"), result[attr])
             if not result.get("pack_done"):
@@ -141,15 +149,17 @@ class GrokraySearch(OptunaSearch):
 
 
 def finished_runs(children, threshold: float) -> dict[str, dict]:
-    """Trial key -> phase and crossing steps of every child run that ended with a phase tag."""
+    """Configuration key -> what search.objective.seed_vote needs of every child run that ended with a phase tag."""
     out = {}
     for run in children:
         tags, metrics = run.data.tags, run.data.metrics
         if run.info.status != "FINISHED" or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
             continue
         steps = [metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]
-        out[tags[TRIAL_KEY_TAG]] = {"phase": tags[PHASE_TAG], "step_train": None if steps[0] is None else
-                                    int(steps[0]), "step_val": None if steps[1] is None else int(steps[1])}
+        out[tags[TRIAL_KEY_TAG]] = {"seed": run.data.params.get("seed", ""), "phase": tags[PHASE_TAG],
+                                    "step_train": None if steps[0] is None else int(steps[0]),
+                                    "step_val": None if steps[1] is None else int(steps[1]),
+                                    "threshold": threshold, "ideal": metrics.get("ideal_val_acc")}
     return out
 
 

@@ -128,7 +128,7 @@ def train_pack(config: dict) -> None:
             metrics["spool"] = str(tracker.courier.spool.path) if undelivered else ""
         if ctx.objective:
             metrics.update(report_metrics(list(ctx.objective), ctx.penalty, configs, results))
-            metrics["mlflow_run_id"] = tracker.run_ids.get(pack["members"][0]["key"], "")
+            metrics["mlflow_run_id"] = ",".join(tracker.run_ids.get(m["key"], "") for m in pack["members"])
         with tempfile.TemporaryDirectory() as d:
             save_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))

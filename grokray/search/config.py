@@ -18,6 +18,8 @@ search:
   study: null                                # study name (default: the spec's name)
 ```
 Every searched field is checked against the spec (a sample point is applied and parsed) before anything starts.
+With several `seeds:` a trial trains its configuration at every seed and scores what a majority of them reached
+(search.objective: seed_vote).
 """
 
 from __future__ import annotations
@@ -158,9 +160,9 @@ def parse_search(spec: Spec) -> SearchConfig:
         if key.split(".")[0] not in TRIAL_KEYS:
             raise unknown_key_error("search.space", key.split(".")[0], TRIAL_KEYS)
         space[key] = _dist(path, value)
-    if len(spec.seeds) != 1:
-        raise SpecError("seeds", f"got {spec.seeds}; a search trains one configuration per trial, give one seed "
-                                 "(or search over seed: {categorical: [...]})")
+    if len(spec.seeds) > 1 and "seed" in space:
+        raise SpecError("search.space.seed", f"the spec counts seeds {spec.seeds} in every trial; search over seed "
+                                             "only with one seed in seeds:")
 
     n_trials = coerce(int, raw.get("n_trials", 20), "search.n_trials", {"ge": 1})
     max_concurrent = coerce(int, raw.get("max_concurrent", 1), "search.max_concurrent", {"ge": 1})
@@ -220,7 +222,7 @@ def parse_search(spec: Spec) -> SearchConfig:
 
 
 def start_point(spec: Spec) -> dict:
-    """The spec's own configuration: its first sweep point (if any) and its seed."""
+    """The spec's own configuration: its first sweep point (if any) and its first seed."""
     return spec.points()[0]
 
 
@@ -229,12 +231,18 @@ def start_trial(spec: Spec):
 
 
 def search_plan(spec: Spec, n_trials: int) -> Plan:
-    """What the cost estimate sees of a search: `n_trials` one-configuration packs at the start point (the trials'
+    """What the cost estimate sees of a search: `n_trials` packs of the start point at every seed (the trials'
     own values are drawn as it runs, so the start point stands for them)."""
-    member = Member(start_trial(spec), start_point(spec))
-    return Plan(spec, [Pack(f"trial-{i:04d}", [member]) for i in range(n_trials)])
+    members = [Member(config, {**start_point(spec), "seed": config.seed}) for config in trial_configs(spec, {})]
+    return Plan(spec, [Pack(f"trial-{i:04d}", members) for i in range(n_trials)])
 
 
 def trial_config(spec: Spec, params: dict):
     """A search trial's configuration: the start point with the searched values applied."""
     return spec.trial({**start_point(spec), **params})
+
+
+def trial_configs(spec: Spec, params: dict) -> list:
+    """A search trial's configuration at every seed it is counted over (the spec's seeds, or a searched seed)."""
+    seeds = [params["seed"]] if "seed" in params else spec.seeds
+    return [spec.trial({**start_point(spec), **params, "seed": seed}) for seed in seeds]

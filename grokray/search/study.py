@@ -14,14 +14,15 @@ from optuna.trial import TrialState
 from ..errors import SpecError
 from ..spec import Spec
 from .config import SearchConfig, trial_config
-from .objective import GENERALIZED, objective_values
+from .objective import GENERALIZED, seed_vote
 
 FINGERPRINT_ATTR = "grokray.fingerprint"
 PARENT_RUN_ATTR = "grokray.mlflow_parent_run_id"
 TRACKING_URI_ATTR = "grokray.tracking_uri"
 OBJECTIVE_ATTR = "grokray.objective"
 SPEC_HASH_ATTR = "grokray.spec_hash"
-RUN_ID_ATTR = "mlflow_run_id"  # a trial's MLflow child run (the run carries the trial number back: schema)
+RUN_ID_ATTR = "mlflow_run_id"  # a trial's MLflow child runs, comma-separated (each carries the trial number back)
+MEMBER_KEYS_ATTR = "member_keys"  # with several seeds: the key of each seed's configuration, in seed order
 
 
 def distributions(cfg: SearchConfig) -> dict:
@@ -80,22 +81,28 @@ def directions(cfg: SearchConfig) -> list[str]:
 def study_fingerprint(spec: Spec, cfg: SearchConfig) -> dict:
     """What a resumed study must agree on: the start configuration, the space and the objectives."""
     space = {k: [d.kind, d.low, d.high, d.log, list(d.choices)] for k, d in cfg.space.items()}
+    seeds = {"seeds": list(spec.seeds)} if len(spec.seeds) > 1 else {}  # a one-seed study's fingerprint is as before
     return {"start_key": trial_config(spec, {}).key(), "space": space, "objective": cfg.objective,
-            "penalty": cfg.penalty}
+            "penalty": cfg.penalty, **seeds}
 
 
 def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> tuple[int, int]:
     """Trials a dead driver left RUNNING. One whose MLflow run had already finished (the driver died between the
     worker's last log and Optuna's tell) is told the values computed from that run, so it is never trained again;
-    the others are marked failed and their configurations queued to run again. `finished` maps trial key ->
-    {phase, step_train, step_val} of finished runs. Returns (told, queued)."""
+    the others are marked failed and their configurations queued to run again. `finished` maps configuration key
+    -> {seed, phase, step_train, step_val, threshold, ideal} of finished runs; a trial over several seeds is
+    answered only when every seed's run finished. Returns (told, queued)."""
     told = queued = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        run = finished.get(t.user_attrs.get("trial_key", ""))
-        if run is not None:
-            values = objective_values(cfg.objective, run["phase"], run["step_train"], run["step_val"], cfg.penalty)
+        keys = t.user_attrs.get(MEMBER_KEYS_ATTR) or [t.user_attrs.get("trial_key", "")]
+        runs = [finished.get(key) for key in keys]
+        if all(run is not None for run in runs):
+            vote = seed_vote(cfg.objective, cfg.penalty, runs)
+            values, run = vote["values"], runs[vote["decider"]]
             attrs = {"phase": run["phase"], "step_train_acc": _or_minus_one(run["step_train"]),
-                     "step_val_acc": _or_minus_one(run["step_val"]), "recovered_from_mlflow": True}
+                     "step_val_acc": _or_minus_one(run["step_val"]), "recovered_from_mlflow": True,
+                     **({"seeds_generalized": vote["seeds_generalized"], "seeds_voting": vote["seeds_voting"],
+                         "seed_phases": vote["seed_phases"]} if len(runs) > 1 else {})}
             # Optuna 5 has no public way to set a user attribute on a RUNNING trial found by number (only on the
             # Trial that `ask` returned, which the dead driver held): its storage is the one handle there is.
             for attr, value in attrs.items():
@@ -134,7 +141,8 @@ def generalized_best(study, cfg: SearchConfig) -> list:
 
 def best_trials(study, cfg: SearchConfig) -> list[dict]:
     return [{"number": t.number, "params": dict(t.params), "values": list(t.values),
-             "phase": t.user_attrs.get("phase"), "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, "")}
+             "phase": t.user_attrs.get("phase"), "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, ""),
+             **{k: t.user_attrs[k] for k in ("seeds_generalized", "seeds_voting") if k in t.user_attrs}}
             for t in generalized_best(study, cfg)]
 
 

@@ -236,6 +236,23 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     assert refreshed == head + "## Against the paper\n\n**Matches.** the low-lr piece groks.\n"
 
 
+def test_a_search_page_counts_trials_and_seeds(local_ray, tmp_path):
+    """A search over seeds [1, 2]: two trials are four runs in two packs, and the page says which is which."""
+    from grokray.atlas.build import build_atlas
+
+    uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "atlas"
+    [result] = build_atlas([ROOT / "sweeps" / "degrok_toy.yaml"], "smoke", out, uri, str(tmp_path / "results"),
+                           progress="never", log=lambda *_: None,
+                           overrides=("seeds=[1, 2]", "search.n_trials=2", "train.steps=200", "phases.budget=200"))
+    page = (out / "degrok_toy-smoke.md").read_text()
+    assert re.search(r"^\| all \| 4 \| 2 \|", page, re.M)  # configurations (runs), packs (trials)
+    assert "## Phase counts (all runs: 2 trials x 2 seeds)" in page
+    assert "Trials: 2; each at seeds 1, 2, scored by what a majority of its voting seeds reached." in page
+    table = dict(re.findall(r"^\| ([\w ]+) \| (\d+) \|$", page.split("## Phase counts")[1].split("## Search")[0],
+                            re.M))
+    assert sum(int(n) for n in table.values()) == 4
+
+
 def test_title_is_the_headers_first_sentence_across_wrapped_lines():
     lines = ["Power et al. 2022 (grokking), Fig. 1: steps to generalize for x+y, x-y",
              "mod 97 with a transformer. More", "text here.", "Axes: op x fraction.", "Expected: steep rise."]

@@ -48,9 +48,9 @@ def piece_timings(figure: Figure, records: list[PieceRecord], tracking_uri: str)
                 client.log_metric(rec.parent_run_id, ESTIMATE_METRIC, est[0])
                 client.log_metric(rec.parent_run_id, UPPER_METRIC, est[1])
         configurations, packs = rec.configurations or len(piece.spec.points()), rec.packs
-        if piece.search:  # a search's parent counts no grid: it ran n_trials one-configuration trials
-
-            configurations = packs = parse_search(piece.spec).n_trials
+        if piece.search:  # a search's parent counts no grid: it ran n_trials trials, each a pack of its seeds
+            packs = parse_search(piece.spec).n_trials
+            configurations = packs * len(piece.spec.seeds)
         out.append(PieceTiming(piece.name, configurations, packs, est[0], est[1], rec.wall_s))
     return out
 

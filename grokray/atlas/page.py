@@ -242,9 +242,13 @@ def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame
             lines += [f"![{png.stem}](img/{target.name})", ""]
     run = client.get_run(run_id)
     objective = run.data.tags.get(SEARCH_OBJECTIVE_TAG, "")
-    lines += [f"Objective: `{objective}` (minimised). Trials: {len(df)}.", ""]
+    seeds = figure.pieces[0].spec.seeds
+    counted = (f"; each at seeds {', '.join(map(str, seeds))}, scored by what a majority of its voting seeds "
+               "reached" if len(seeds) > 1 else "")
+    lines += [f"Objective: `{objective}` (minimised). Trials: {len(df) // len(seeds)}{counted}.", ""]
     if best:
         rows = [{"trial": b["number"], "values": ", ".join(f"{v:g}" for v in b["values"]), "phase": b["phase"],
+                 **({"seeds": b["seed_phases"]} if "seed_phases" in b else {}),
                  **{k.split(".")[-1] if k.count(".") < 2 else k: v for k, v in b["params"].items()}} for b in best]
         lines += ["Best trial(s):", "", md_table(pd.DataFrame(rows)), ""]
         summary["best"] = [{"number": b["number"], "values": b["values"], "phase": b["phase"]} for b in best]
@@ -279,7 +283,9 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
              "## Phase counts", "", md_table(_counts_table(counts, len(df))), ""]
     if figure.pieces[0].search:
         body, summary = _search_section(figure, records, df, img_dir, tracking_uri)
-        lines[lines.index("## Phase counts")] = "## Phase counts (all trials)"
+        k = len(figure.pieces[0].spec.seeds)
+        lines[lines.index("## Phase counts")] = ("## Phase counts (all trials)" if k == 1 else
+                                                 f"## Phase counts (all runs: {len(df) // k} trials x {k} seeds)")
         lines += ["## Search", "", *body]
     elif figure.config.view == "fraction":
         body, summary = fraction_section(figure, df, img_dir)

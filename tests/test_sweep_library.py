@@ -50,7 +50,8 @@ def test_atlas_smoke_runs_every_figure_and_writes_its_page(local_ray, tmp_path):
         children = [c for rec in r.records for c in client.search_runs(
             [client.get_run(rec.parent_run_id).info.experiment_id], f"tags.mlflow.parentRunId = '{rec.parent_run_id}'",
             max_results=100)]
-        expected = int(spec.raw["search"]["n_trials"]) if r.figure.pieces[0].search else len(spec.points())
+        expected = (int(spec.raw["search"]["n_trials"]) * len(spec.seeds) if r.figure.pieces[0].search
+                    else len(spec.points()))  # a search trial is a pack of its seeds
         assert len(children) == expected, r.figure.stem
         assert all(c.data.tags.get("grokray.phase") in PHASES for c in children)
         counts = {}

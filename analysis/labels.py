@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from grokray.models import MODELS
+
 NAMES = {  # the axes of the library's figures; anything else is shortened by rule (axis_label)
     "optim.decoder.lr": "decoder lr",
     "optim.embedding.lr": "embedding lr",
@@ -65,8 +67,6 @@ def _seeds_text(seeds: list) -> str:
 
 def step_unit(runs: pd.DataFrame) -> str:
     """'iterations' when every run's model counts iterations as steps (the RFM trainer), else 'steps'."""
-    from grokray.models import MODELS
-
     models = runs["model"].dropna().unique().tolist() if "model" in runs else []
     rfm = [m for m in models if m in MODELS and getattr(MODELS.get(m).build, "trainer", "pack") == "rfm"]
     return "iterations" if models and len(rfm) == len(models) else "steps"

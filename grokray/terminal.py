@@ -80,8 +80,10 @@ def search_plan_lines(cfg, n_trials: int, budget: int, estimate, seeds: list[int
 def search_report(summary, cfg, threshold: float) -> list[str]:
     """What `grokray search` prints when it ends: trials, the best one (never a penalty), where the study is."""
     other = summary.trials - summary.completed
+    seeds = getattr(summary, "seeds", 1)
     lines = [f"study {summary.study_name!r}: {summary.completed} trials ({summary.new_trials} run now"
-             + (f"; {other} more failed, interrupted or duplicated" if other else "") + f") in {summary.wall_s:.0f} s"]
+             + (f"; {other} more failed, interrupted or duplicated" if other else "") + ")"
+             + (f", each at {seeds} seeds" if seeds > 1 else "") + f" in {summary.wall_s:.0f} s"]
     told, queued = summary.recovered
     if told or queued:
         lines.append(f"interrupted trials: {told} answered from their finished MLflow run, {queued} run again")

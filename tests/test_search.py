@@ -89,6 +89,10 @@ def test_a_trial_counts_every_seed_and_scores_what_a_majority_reached(local_ray,
     summary = _search(tmp_path, spec)
     study = _load(summary)
     assert summary.completed == 2 and study.user_attrs["grokray.fingerprint"]["seeds"] == [1, 2]
+    from grokray.search.config import parse_search
+    from grokray.terminal import search_report
+
+    assert "2 trials (2 run now), each at 2 seeds in" in search_report(summary, parse_search(spec), 0.9)[0]
     children = _children(summary)
     assert len(children) == 4
     for t in study.trials:

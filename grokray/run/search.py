@@ -71,6 +71,7 @@ class SearchSummary(LaunchSummary):
     best: list[dict] = field(default_factory=list)  # [{number, params, values, phase}] (one; or the Pareto front)
     artifacts: list[str] = field(default_factory=list)
     recovered: tuple[int, int] = (0, 0)  # interrupted trials (answered from their finished MLflow run, run again)
+    seeds: int = 1  # runs per trial: the spec's seeds, each trial a pack of them
 
 
 class GrokraySearch(OptunaSearch):
@@ -185,9 +186,10 @@ def _tuner(launch: Launch, spec: Spec, cfg: SearchConfig, study, storage, to_run
     ctx = launch.context(list(cfg.space), log_axes, checkpoint_every=every, objective=tuple(cfg.objective),
                          penalty=float(cfg.penalty))
     name = f"{cfg.study}-search_{time.strftime('%Y%m%d-%H%M%S')}"
+    runs = to_run * len(trial_configs(spec, {}))  # the progress line counts runs: a trial is a pack of its seeds
     return launch.tuner(name, ctx, search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrent),
                         scheduler=scheduler, num_samples=to_run, max_concurrent=concurrent,
-                        total_configs=to_run, total_work=float(to_run * budget), checkpoints_kept=1)
+                        total_configs=runs, total_work=float(runs * budget), checkpoints_kept=1)
 
 
 def _finish_study(launch: Launch, study, cfg: SearchConfig) -> list[str]:
@@ -241,4 +243,4 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     return SearchSummary(**vars(summary), study_name=cfg.study, storage=label, journal_path=journal_path(cfg,
                          results_dir), trials=len(study.trials), completed=counted(study), new_trials=new_trials,
                          directions=directions(cfg), best=best_trials(study, cfg), artifacts=artifacts,
-                         recovered=recovered)
+                         recovered=recovered, seeds=len(trial_configs(spec, {})))

@@ -108,6 +108,12 @@ def test_a_trial_counts_every_seed_and_scores_what_a_majority_reached(local_ray,
         assert t.user_attrs["seeds_generalized"] == sum(v < 3000.0 for v in per_seed)
         assert t.user_attrs["seed_phases"] == ", ".join(f"seed {r.data.params['seed']}: {r.data.tags['grokray.phase']}"
                                                        for r in sorted(runs, key=lambda r: r.data.params["seed"]))
+    import csv
+
+    client = MlflowClient(summary.tracking_uri)  # the parent's trials.csv says how each trial's seeds voted
+    path = client.download_artifacts(summary.parent_run_id, "search/trials.csv", str(tmp_path))
+    rows = {int(r["number"]): r for r in csv.DictReader(open(path))}
+    assert {n: rows[n]["seed_phases"] for n in rows} == {t.number: t.user_attrs["seed_phases"] for t in study.trials}
 
 
 def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path):

@@ -22,6 +22,8 @@ from ..tracking.schema import SEARCH_BEST_PHASE_TAG, SEARCH_BEST_TRIAL_TAG, SEAR
 from .study import RUN_ID_ATTR, generalized_best
 
 ARTIFACT_DIR = "search"
+SEED_COLUMNS = ("seeds_generalized", "seeds_voting", "seed_phases")  # a trial over several seeds: how they voted
+TRIAL_COLUMNS = ("phase", *SEED_COLUMNS, "trial_key", "duplicate_of", RUN_ID_ATTR)
 
 
 def _completed(study) -> list:
@@ -161,8 +163,9 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
         d = Path(d)
         files = []
         best_rows = [{"number": t.number, "values": list(t.values), "params": t.params,
-                      "phase": t.user_attrs.get("phase"), "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, "")}
-                     for t in front]
+                      "phase": t.user_attrs.get("phase"), **{k: t.user_attrs[k] for k in SEED_COLUMNS
+                                                             if k in t.user_attrs},
+                      "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, "")} for t in front]
         (d / "best.json").write_text(json.dumps(best_rows, indent=1, default=str))
         files.append(d / "best.json")
         imp = importances(study, cfg)
@@ -177,7 +180,7 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
         files.append(d / "param_importances.csv")
         trials = [{"number": t.number, "state": t.state.name, **{f"value.{n}": v for n, v in zip(
             cfg.objective, t.values or [], strict=False)}, **t.params,
-            **{k: v for k, v in t.user_attrs.items() if k in ("phase", "trial_key", "duplicate_of", RUN_ID_ATTR)}}
+            **{k: v for k, v in t.user_attrs.items() if k in TRIAL_COLUMNS}}
             for t in study.trials]
         if trials:
             _write_csv(trials, d / "trials.csv")

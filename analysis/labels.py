@@ -67,9 +67,9 @@ def _seeds_text(seeds: list) -> str:
 
 def step_unit(runs: pd.DataFrame) -> str:
     """'iterations' when every run's model counts iterations as steps (the RFM trainer), else 'steps'."""
-    models = runs["model"].dropna().unique().tolist() if "model" in runs else []
-    rfm = [m for m in models if m in MODELS and getattr(MODELS.get(m).build, "trainer", "pack") == "rfm"]
-    return "iterations" if models and len(rfm) == len(models) else "steps"
+    models = set(runs["model"].dropna()) if "model" in runs else set()
+    rfm = models and all(m in MODELS and MODELS.get(m).build.trainer == "rfm" for m in models)
+    return "iterations" if rfm else "steps"
 
 
 def runs_subtitle(runs: pd.DataFrame) -> str:

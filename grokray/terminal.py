@@ -61,10 +61,10 @@ def phase_table(counts: dict[str, int], total: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def search_plan_lines(cfg, n_trials: int, budget: int, estimate, seeds: list[int] = (0,)) -> list[str]:
+def search_plan_lines(cfg, n_trials: int, budget: int, estimate, seeds: list[int]) -> list[str]:
     """`grokray search --dry-run`: the study, its space and objective, the trials and the cost estimate."""
     space = "; ".join(f"{k}: {d.describe()}" for k, d in cfg.space.items())
-    counted = ("" if len(seeds) == 1 or "seed" in cfg.space else
+    counted = ("" if len(seeds) == 1 else
                f" at each of seeds {', '.join(map(str, seeds))} (one pack; it scores what a majority of its voting "
                "seeds reached)")
     return [f"study:          {cfg.study} ({cfg.sampler} sampler, seed {cfg.seed}"
@@ -80,10 +80,9 @@ def search_plan_lines(cfg, n_trials: int, budget: int, estimate, seeds: list[int
 def search_report(summary, cfg, threshold: float) -> list[str]:
     """What `grokray search` prints when it ends: trials, the best one (never a penalty), where the study is."""
     other = summary.trials - summary.completed
-    seeds = getattr(summary, "seeds", 1)
     lines = [f"study {summary.study_name!r}: {summary.completed} trials ({summary.new_trials} run now"
              + (f"; {other} more failed, interrupted or duplicated" if other else "") + ")"
-             + (f", each at {seeds} seeds" if seeds > 1 else "") + f" in {summary.wall_s:.0f} s"]
+             + (f", each at {summary.seeds} seeds" if summary.seeds > 1 else "") + f" in {summary.wall_s:.0f} s"]
     told, queued = summary.recovered
     if told or queued:
         lines.append(f"interrupted trials: {told} answered from their finished MLflow run, {queued} run again")

@@ -24,7 +24,7 @@ from ..errors import SpecError
 from ..plan.expand import run_name
 from ..search.artifacts import log_parent_results
 from ..search.config import SearchConfig, parse_search, trial_config, trial_configs
-from ..search.objective import trial_key
+from ..search.objective import SEED_ATTRS, trial_key
 from ..search.study import (
     MEMBER_KEYS_ATTR,
     PARENT_RUN_ATTR,
@@ -137,7 +137,7 @@ class GrokraySearch(OptunaSearch):
         if ot_trial is not None and result:
             several = len(ot_trial.user_attrs.get(MEMBER_KEYS_ATTR, [])) > 1
             for attr in ("phase", "step_train_acc", "step_val_acc", "val/acc", "step", RUN_ID_ATTR,
-                         *(("seeds_voting", "seeds_generalized", "seed_phases") if several else ())):
+                         *(SEED_ATTRS if several else ())):
                 if attr in result:
                     ot_trial.set_user_attr(attr.replace("/", "_"), result[attr])
             if not result.get("pack_done"):
@@ -186,7 +186,7 @@ def _tuner(launch: Launch, spec: Spec, cfg: SearchConfig, study, storage, to_run
     ctx = launch.context(list(cfg.space), log_axes, checkpoint_every=every, objective=tuple(cfg.objective),
                          penalty=float(cfg.penalty))
     name = f"{cfg.study}-search_{time.strftime('%Y%m%d-%H%M%S')}"
-    runs = to_run * len(trial_configs(spec, {}))  # the progress line counts runs: a trial is a pack of its seeds
+    runs = to_run * len(spec.seeds)  # the progress line counts runs: a trial is a pack of its seeds
     return launch.tuner(name, ctx, search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrent),
                         scheduler=scheduler, num_samples=to_run, max_concurrent=concurrent,
                         total_configs=runs, total_work=float(runs * budget), checkpoints_kept=1)
@@ -243,4 +243,4 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     return SearchSummary(**vars(summary), study_name=cfg.study, storage=label, journal_path=journal_path(cfg,
                          results_dir), trials=len(study.trials), completed=counted(study), new_trials=new_trials,
                          directions=directions(cfg), best=best_trials(study, cfg), artifacts=artifacts,
-                         recovered=recovered, seeds=len(trial_configs(spec, {})))
+                         recovered=recovered, seeds=len(spec.seeds))

@@ -19,11 +19,11 @@ from optuna.trial import TrialState
 
 from ..tracking.client import log_metrics
 from ..tracking.schema import SEARCH_BEST_PHASE_TAG, SEARCH_BEST_TRIAL_TAG, SEARCH_BEST_VALUE_TAG, SEARCH_PARETO_TAG
+from .objective import SEED_ATTRS
 from .study import RUN_ID_ATTR, generalized_best
 
 ARTIFACT_DIR = "search"
-SEED_COLUMNS = ("seeds_generalized", "seeds_voting", "seed_phases")  # a trial over several seeds: how they voted
-TRIAL_COLUMNS = ("phase", *SEED_COLUMNS, "trial_key", "duplicate_of", RUN_ID_ATTR)
+TRIAL_COLUMNS = ("phase", *SEED_ATTRS, "trial_key", "duplicate_of", RUN_ID_ATTR)
 
 
 def _completed(study) -> list:
@@ -163,7 +163,7 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
         d = Path(d)
         files = []
         best_rows = [{"number": t.number, "values": list(t.values), "params": t.params,
-                      "phase": t.user_attrs.get("phase"), **{k: t.user_attrs[k] for k in SEED_COLUMNS
+                      "phase": t.user_attrs.get("phase"), **{k: t.user_attrs[k] for k in SEED_ATTRS
                                                              if k in t.user_attrs},
                       "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, "")} for t in front]
         (d / "best.json").write_text(json.dumps(best_rows, indent=1, default=str))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 
 GENERALIZED = ("comprehension", "grokking")
+SEED_ATTRS = ("seeds_generalized", "seeds_voting", "seed_phases")  # how a trial's seeds voted, for the record
 
 
 def generalized(phase: str, step_train: int | None, step_val: int | None) -> bool:
@@ -55,14 +56,14 @@ def voters(thresholds: list[float], ideals: list) -> list[int]:
 
 def seed_vote(objective: list[str], penalty: float, members: list[dict]) -> dict:
     """One trial's values from its seeds. members: [{seed, phase, step_train, step_val, threshold, ideal}].
-    Returns the values, the deciding member (the one at the first objective's majority value), and per-seed
-    phases and counts for the study's record."""
+    Returns the values, the voters, the deciding member (the one at the first objective's majority value), and
+    the SEED_ATTRS for the study's record."""
     vote = voters([m["threshold"] for m in members], [m.get("ideal") for m in members])
     scored = [(objective_values(objective, members[i]["phase"], members[i]["step_train"], members[i]["step_val"],
                                 penalty), i) for i in vote]
     values = [sorted(v[j] for v, _ in scored)[majority_index(len(scored))] for j in range(len(objective))]
     decider = sorted(scored, key=lambda s: (s[0][0], s[1]))[majority_index(len(scored))][1]
-    return {"values": values, "decider": decider, "seeds_voting": len(vote),
+    return {"values": values, "voters": vote, "decider": decider, "seeds_voting": len(vote),
             "seeds_generalized": sum(generalized(members[i]["phase"], members[i]["step_train"],
                                                  members[i]["step_val"]) for i in vote),
             "seed_phases": ", ".join(f"seed {m['seed']}: {m['phase']}" + ("" if i in vote else " (undecodable)")
@@ -77,8 +78,7 @@ def report_metrics(objective: list[str], penalty: float, configs: list, results:
                 "threshold": c.phases.threshold, "ideal": r.ideal_val_acc} for c, r in zip(configs, results,
                                                                                            strict=True)]
     vote = seed_vote(objective, penalty, members)
-    accs = sorted((float(results[i].final.get("val/acc", 0.0)) for i in voters(
-        [m["threshold"] for m in members], [m["ideal"] for m in members])), reverse=True)
+    accs = sorted((float(results[i].final.get("val/acc", 0.0)) for i in vote["voters"]), reverse=True)
     decider = results[vote["decider"]]
     out = {
         "val/acc": accs[majority_index(len(accs))],
@@ -86,9 +86,7 @@ def report_metrics(objective: list[str], penalty: float, configs: list, results:
         "step_train_acc": -1 if decider.step_train is None else int(decider.step_train),
         "step_val_acc": -1 if decider.step_val is None else int(decider.step_val),
         "trial_key": trial_key(configs),
-        "seeds_voting": vote["seeds_voting"],
-        "seeds_generalized": vote["seeds_generalized"],
-        "seed_phases": vote["seed_phases"],
+        **{k: vote[k] for k in SEED_ATTRS},
     }
     for name, value in zip(objective, vote["values"], strict=True):
         out[name] = value

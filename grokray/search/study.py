@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from ..errors import SpecError
 from ..spec import Spec
 from .config import SearchConfig, trial_config
-from .objective import GENERALIZED, seed_vote
+from .objective import GENERALIZED, SEED_ATTRS, seed_vote
 
 FINGERPRINT_ATTR = "grokray.fingerprint"
 PARENT_RUN_ATTR = "grokray.mlflow_parent_run_id"
@@ -101,8 +101,7 @@ def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> 
             values, run = vote["values"], runs[vote["decider"]]
             attrs = {"phase": run["phase"], "step_train_acc": _or_minus_one(run["step_train"]),
                      "step_val_acc": _or_minus_one(run["step_val"]), "recovered_from_mlflow": True,
-                     **({"seeds_generalized": vote["seeds_generalized"], "seeds_voting": vote["seeds_voting"],
-                         "seed_phases": vote["seed_phases"]} if len(runs) > 1 else {})}
+                     **({k: vote[k] for k in SEED_ATTRS} if len(runs) > 1 else {})}
             # Optuna 5 has no public way to set a user attribute on a RUNNING trial found by number (only on the
             # Trial that `ask` returned, which the dead driver held): its storage is the one handle there is.
             for attr, value in attrs.items():
@@ -142,7 +141,7 @@ def generalized_best(study, cfg: SearchConfig) -> list:
 def best_trials(study, cfg: SearchConfig) -> list[dict]:
     return [{"number": t.number, "params": dict(t.params), "values": list(t.values),
              "phase": t.user_attrs.get("phase"), "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, ""),
-             **{k: t.user_attrs[k] for k in ("seeds_generalized", "seeds_voting") if k in t.user_attrs}}
+             **{k: t.user_attrs[k] for k in SEED_ATTRS if k in t.user_attrs}}
             for t in generalized_best(study, cfg)]
 
 

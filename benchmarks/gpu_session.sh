@@ -1,25 +1,131 @@
 #!/bin/bash
-# Issue 29 in one device call (at most 9 minutes on an H100): the CUDA tests, the pack benchmark on the GPU, and the
-# quickstart's and Fig. 6b's packs trained there against the dry-run estimate. The device image has torch, pytest and
-# pandas but not Ray or MLflow, so grokray runs from the source tree and nothing here starts Ray or MLflow.
-#   device run:  bash benchmarks/gpu_session.sh          (writes its logs under $OUT, else ./gpu-session)
-# Each step has its own time limit, so one that hangs still leaves the others' figures.
+# Issue 36 in one device call of at most 9 minutes: grokray on CUDA as a user runs it, through Ray Tune, MLflow and
+# Optuna carried in the bundle (benchmarks/gpu_bundle.py, built here into .whl/ and carried with `carry: [.whl]`).
+#   1. install the bundle into /tmp/site
+#   2. the CUDA tests (pytest -m gpu), then bench_pack.py --device cuda
+#   3. the quickstart (Fig. 6b reduced: 5 x 4 cells x seeds 0-3, 1e4 steps) through `grokray atlas` (grokray run on
+#      Ray Tune, MLflow on SQLite) at 0.25 GPU a pack, compared run by run and cell by cell with the committed CPU page
+#   4. Fig. 6b at the paper budget (121 cells x seeds 0-3, 1e5 steps), the same way, with the GPU's utilisation and
+#      memory sampled; then, if time is left, seeds 0-7 so that every cell has 7 voting seeds
+#   5. everything packed into $OUT: session.txt (the summary), session.tgz (logs, pages, data CSVs, MLflow stores)
+# Each step has its own time limit and the whole script a deadline, so a step that hangs leaves the others' figures.
+#
+#   device:           bash benchmarks/gpu_session.sh
+#   here, CPU check:  python3 benchmarks/gpu_bundle.py --python 3.11 && \
+#                     GPU_SESSION_DEVICE=cpu PY=.venv/bin/python bash benchmarks/gpu_session.sh
+# With GPU_SESSION_DEVICE=cpu the same steps run on the CPU (resources.gpu=0; the quickstart at seed 1, Fig. 6b at
+# its smoke preset), so the script is checked end to end within its limits on a machine without CUDA.
 set -o pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu-session}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD:$PWD/tests PYTHONUNBUFFERED=1
+REPO=$PWD
+OUT=${OUT:-$REPO/gpu-session}
+DEVICE=${GPU_SESSION_DEVICE:-cuda}
 PY=${PY:-python3}
-step() {  # step NAME SECONDS COMMAND...: run it, keep its log, say how it ended
+DEADLINE=${GPU_SESSION_DEADLINE:-530}   # seconds for the whole script; the device call's limit is 540-600
+W=/tmp/grokray-gpu-session           # what comes back, packed
+RESULTS=/tmp/grokray-gpu-results     # Tune's state and checkpoints: not brought back
+rm -rf "$W" "$RESULTS" && mkdir -p "$W/logs" "$OUT"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+if [ "$DEVICE" = cuda ]; then
+  SCALE_6B=paper GPU=0.25 QS_SEEDS=""
+else  # the quickstart at seed 1 alone (20 configurations, ~1 min on 2 cores), so the comparison has runs to match
+  SCALE_6B=smoke GPU=0 QS_SEEDS="seeds=[1]"
+fi
+SUMMARY=$W/session.txt
+say() { echo "$*" | tee -a "$SUMMARY"; }
+left() { echo $((DEADLINE - SECONDS)); }
+step() {  # step NAME SECONDS COMMAND...: run it under min(SECONDS, time left), keep its log, say how it ended
   local name=$1 limit=$2; shift 2
+  local cap; cap=$(left)
+  [ "$cap" -lt "$limit" ] && limit=$cap
+  if [ "$limit" -lt 10 ]; then say "=== $name: skipped, ${limit}s left"; return 99; fi
   echo "=== $name (limit ${limit}s): $*"
-  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
-  echo "=== $name: exit ${PIPESTATUS[0]}"
+  local t0=$SECONDS
+  timeout -k 10 "$limit" "$@" 2>&1 | tee "$W/logs/$name.log"
+  local rc=${PIPESTATUS[0]}
+  say "=== $name: exit $rc after $((SECONDS - t0)) s"
+  return "$rc"
 }
-step device 20 bash -c "nvidia-smi; $PY -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())'"
-step pytest-gpu 100 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -x -rs
-step bench-pack 120 $PY benchmarks/bench_pack.py --device cuda --quick
-step bench-pack-compile 50 $PY benchmarks/bench_pack.py --device cuda --quick --compile --models toy32 --ks 1,32,1024
-step packs-quickstart 50 $PY benchmarks/bench_gpu_packs.py sweeps/quickstart.yaml
-step packs-fig6b 180 $PY benchmarks/bench_gpu_packs.py sweeps/liu_fig6b_toy_regression.yaml \
-  -s 'sweep.optim.decoder.lr.values=[0.0001,0.001,0.01]'
+finish() {
+  say "=== total: $SECONDS s"
+  # MLflow stores go back gzipped when they fit; the pages, data CSVs and logs always do
+  for db in "$W"/*.db; do [ -f "$db" ] && gzip -9 "$db"; done
+  tar czf "$OUT/session.tgz" -C "$W" . 2>/dev/null
+  if [ "$(stat -c %s "$OUT/session.tgz")" -gt $((15 * 2**20)) ]; then
+    tar czf "$OUT/session.tgz" -C "$W" --exclude='*.db.gz' . 2>/dev/null
+    say "session.tgz: the MLflow stores left out (over 15 MiB)"
+  fi
+  cp "$SUMMARY" "$OUT/session.txt"
+}
+trap finish EXIT
+
+say "# gpu_session $(date -u +%FT%TZ) on $DEVICE, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+step install 60 bash -c "$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && echo installed \$(ls .whl/*.whl | wc -l) wheels"
+export PYTHONPATH=/tmp/site:$REPO:$REPO/tests
+step device 30 bash -c "(command -v nvidia-smi >/dev/null && nvidia-smi) || echo 'no nvidia-smi'; $PY -c '
+import torch, ray, mlflow, optuna, grokray
+print(\"torch\", torch.__version__, \"cuda\", torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else \"\")
+print(\"ray\", ray.__version__, \"mlflow\", mlflow.__version__, \"optuna\", optuna.__version__)'"
+grep -E "^(torch|ray) " "$W/logs/device.log" >> "$SUMMARY"
+
+if [ "$DEVICE" = cuda ]; then
+  step pytest-gpu 100 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
+  step bench-pack 90 "$PY" benchmarks/bench_pack.py --device cuda --quick
+else
+  step pytest-gpu 60 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
+  step bench-pack 90 "$PY" benchmarks/bench_pack.py --device cpu --quick --models toy32 --ks 1,8
+fi
+grep -E "^\|" "$W/logs/bench-pack.log" >> "$SUMMARY"
+
+sample_gpu() {  # utilisation and memory once a second, into $1, until killed
+  command -v nvidia-smi >/dev/null || return 0
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 > "$1" 2>/dev/null
+}
+gpu_figures() {  # mean/max utilisation and peak memory of a sample file
+  [ -s "$1" ] || { echo "no GPU samples"; return; }
+  awk -F', ' '{u+=$1; n++; if ($1>um) um=$1; if ($2>mm) mm=$2} END {printf "GPU utilisation mean %.0f%% (max %d%%, %d samples at 1 s), memory used max %d MiB\n", u/n, um, n, mm}' "$1"
+}
+atlas() {  # atlas NAME SECONDS SPEC SCALE [ -s ... ]: one figure through grokray atlas, its own store and pages
+  local name=$1 limit=$2 spec=$3 scale=$4; shift 4
+  sample_gpu "$W/logs/$name-gpu.csv" & local sampler=$!
+  step "$name" "$limit" "$PY" -m grokray atlas --scale "$scale" "$spec" -o "$W/atlas" \
+    --tracking-uri "sqlite:///$W/$name.db" --storage "$RESULTS" --progress always \
+    -s "resources.gpu=$GPU" "$@"
+  local rc=$?
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+  say "$name: $(gpu_figures "$W/logs/$name-gpu.csv")"
+  return $rc
+}
+compare() {  # compare FIGURE-SCALE NEW-CSV: the committed CPU page's runs and cells against the re-run's
+  local ref=docs/atlas/data/$1.csv
+  [ -f "$ref" ] || { say "$1: no committed page to compare with"; return; }
+  [ -f "$2" ] || { say "$1: the re-run wrote no data CSV"; return; }
+  say "$1 against the committed CPU page:"
+  "$PY" benchmarks/compare_phases.py "$ref" "$2" 2>&1 | tee -a "$SUMMARY"
+  "$PY" - "$2" <<'EOF' | tee -a "$SUMMARY"
+import sys, pandas as pd
+runs = pd.read_csv(sys.argv[1])
+print(f"model-steps trained: {runs['steps_run'].sum():,.0f} in {len(runs)} runs")
+EOF
+}
+
+atlas quickstart 110 sweeps/quickstart.yaml reduced ${QS_SEEDS:+-s "$QS_SEEDS"}
+compare quickstart-reduced "$W/atlas/data/quickstart-reduced.csv"
+grep -E "wall time" "$W/atlas/quickstart-reduced.md" 2>/dev/null >> "$SUMMARY"
+
+atlas fig6b 240 sweeps/liu_fig6b_toy_regression.yaml "$SCALE_6B"
+compare "liu_fig6b_toy_regression-$SCALE_6B" "$W/atlas/data/liu_fig6b_toy_regression-$SCALE_6B.csv"
+grep -E "wall time" "$W/atlas/liu_fig6b_toy_regression-$SCALE_6B.md" 2>/dev/null >> "$SUMMARY"
+
+# seeds 4-7 beside 0-3 (seed 0's split is undecodable: 7 voters a cell), only if the first page left time for it
+if [ "$(left)" -gt 150 ]; then
+  mv "$W/atlas" "$W/atlas4"
+  atlas fig6b-seeds0-7 $(( $(left) - 15 )) sweeps/liu_fig6b_toy_regression.yaml "$SCALE_6B" \
+    -s 'seeds=[0,1,2,3,4,5,6,7]'
+  mv "$W/atlas" "$W/atlas8"; mv "$W/atlas4" "$W/atlas"
+else
+  say "fig6b seeds 0-7: skipped, $(left) s left"
+fi
+# The de-grokking benchmark's paper-scale search (issue 37) joins here once its specs exist.

@@ -31,6 +31,9 @@ def _train(args) -> int:
     config = spec.first_trial()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SpecError("--device", "cuda requested but no CUDA device is available; allowed here: cpu")
+    if args.device == "cpu" and torch.cuda.is_available():
+        print(f"grokray: training on the CPU, though this machine has a {torch.cuda.get_device_name()}; "
+              "--device cuda trains there", file=sys.stderr)
     result = run_trial(config, device=args.device)
     print(curve_table(result))
     print(phase_line(result, config.phases.threshold))
@@ -82,7 +85,8 @@ def _run_adaptive(spec, args) -> int:
 
 
 def _run(args) -> int:
-    from .plan.expand import check_size, expand, n_configs
+    from .engine.sizing import local_gpu_count
+    from .plan.expand import check_size, expand, local_slots, n_configs
     spec = _load(args)
     if spec.raw.get("search") and not spec.axes:  # it would train the start point alone and call that a sweep
         scale = f" --scale {args.scale}" if args.scale else ""
@@ -105,9 +109,11 @@ def _run(args) -> int:
         from .tracking.client import resolve_tracking_uri
         from .tracking.history import measured_budget_use
 
-        plan = expand(spec)
+        gpus = local_gpu_count() if spec.resources.gpu > 0 else None  # this machine's cards, if it has any
+        plan = expand(spec, slots=local_slots(spec, gpus=gpus))
         found = measured_budget_use(resolve_tracking_uri(args.tracking_uri), spec.name, plan_budget(plan))
-        estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, use=BudgetUse(*found) if found else None)
+        estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, use=BudgetUse(*found) if found else None,
+                                 gpus=gpus)
         print("\n".join(estimate.lines()))
         return 0
 

@@ -58,3 +58,52 @@ def test_the_cost_probe_times_a_pack_on_cuda():
     seconds = step_seconds(cfgs, device="cuda", min_seconds=0.1)
     assert 0 < seconds < 1.0
     assert make_trainer([example(FAMILIES[0])], device="cuda").device.type == "cuda"
+
+
+def test_a_dry_run_sizes_packs_from_this_cards_memory_and_times_them_there():
+    from pathlib import Path
+
+    from grokray.plan.estimate import estimate_plan
+    from grokray.plan.expand import expand
+    from grokray.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml", ["resources.gpu=0.25"])
+    plan = expand(spec, slots=4)
+    free = torch.cuda.mem_get_info()[0]
+    assert plan.gpu_free_bytes is not None and abs(plan.gpu_free_bytes - free) < 0.1 * free
+    assert len(plan.packs) == 4
+    est = estimate_plan(plan, cpus=16, gpus=1)
+    assert torch.cuda.get_device_name() in est.basis and "measured" in est.basis
+    assert "GiB" in est.packing and est.slots == 4
+
+
+def test_a_quarter_gpu_share_trains_four_packs_at_once_on_the_card(tmp_path):
+    """`resources.gpu: 0.25` through Ray Tune: four packs, placed on the one card at the same time."""
+    from pathlib import Path
+
+    import ray
+    from mlflow.tracking import MlflowClient
+
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
+    from grokray.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml",
+                     ["resources.gpu=0.25", "train.steps=6000", "phases.budget=6000", "seeds=[1]",
+                      "phases.stop_when_classified=false"])  # 20 configurations: four packs of five
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = run_sweep(spec, LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"),
+                                                progress="never"))
+    finally:
+        ray.shutdown()
+    assert summary.errored_trials == 0 and summary.packs == 4 and summary.configurations == 20
+    client = MlflowClient(uri)
+    runs = client.search_runs([summary.experiment_id], f"tags.mlflow.parentRunId = '{summary.parent_run_id}'")
+    spans: dict[str, list[int]] = {}
+    for r in runs:
+        span = spans.setdefault(r.data.tags["grokray.pack_id"], [r.info.start_time, r.info.end_time])
+        span[0], span[1] = min(span[0], r.info.start_time), max(span[1], r.info.end_time)
+    assert len(spans) == 4
+    assert max(start for start, _ in spans.values()) < min(end for _, end in spans.values())  # all four at once

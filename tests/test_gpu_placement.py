@@ -84,3 +84,39 @@ def test_packs_share_declared_gpus_and_fail_with_their_placement(ray_with_declar
     assert parent.info.status == "FAILED"
     children = client.search_runs([summary.experiment_id], f"tags.mlflow.parentRunId = '{summary.parent_run_id}'")
     assert children == []  # a pack that cannot open its device fails before it opens any run
+
+
+def test_a_cpu_spec_on_a_ray_with_gpus_trains_on_the_cpus_and_says_so(ray_with_declared_gpus, tmp_path, capsys):
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
+
+    spec = load_spec(QUICKSTART, ["resources.gpu=0", "train.steps=50", "phases.budget=50", "seeds=[1]",
+                                  "sweep.optim.decoder.lr.logspace=[-4,-2,2]",
+                                  "sweep.optim.decoder.weight_decay.values=[0,5]"])
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    summary = run_sweep(spec, LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), progress="never"))
+    assert summary.errored_trials == 0 and summary.configurations == 4
+    err = capsys.readouterr().err
+    assert "resources.gpu is 0, so the packs train on the CPUs, though Ray has 2 GPUs" in err
+    assert "-s resources.gpu=0.25" in err
+
+
+def test_a_gpu_share_deals_a_sweep_into_a_pack_per_slot_sized_from_the_cards_memory():
+    """`gpu: 0.25` is four packs a card: a sweep one pack would hold is dealt into four, each sized from a quarter
+    of the free memory the dry-run (or the launch) measured. The card's reading is passed in here; on CUDA,
+    tests/test_gpu.py reads it from the device."""
+    from grokray.engine import make_trainer
+    from grokray.engine.sizing import GPU_FRACTION, member_bytes
+    from grokray.plan.estimate import estimate_plan
+    from grokray.plan.expand import expand, local_slots
+
+    spec = load_spec(QUICKSTART, ["resources.gpu=0.25", "seeds=[0,1,2,3]"])  # 80 configurations
+    need = member_bytes(make_trainer([spec.first_trial()], device="cpu"))
+    assert local_slots(spec, cpus=16, gpus=1) == 4 and local_slots(spec, cpus=16, gpus=2) == 8
+    assert local_slots(spec, cpus=2, gpus=1) == 2  # a pack needs its CPU too
+    plenty = expand(spec, slots=4, gpu_free_bytes=2**34)
+    assert [len(p.members) for p in plenty.packs] == [20] * 4
+    tight = expand(spec, slots=4, gpu_free_bytes=int(40 * need / GPU_FRACTION))  # a quarter holds 10 members
+    assert max(len(p.members) for p in tight.packs) == 10 and len(tight.packs) == 8
+    est = estimate_plan(plenty, cpus=16, gpus=1, calibrate_costs=False)
+    assert est.slots == 4 and "0.25 of the GPU's free memory (16.0 GiB)" in est.packing

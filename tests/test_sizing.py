@@ -56,5 +56,7 @@ def test_a_gpu_sweep_is_dealt_into_packs_the_card_holds():
     need = member_bytes(PackTrainer([spec.first_trial()]))
     small = expand(spec, slots=2, gpu_free_bytes=40 * need)  # 40 * 0.5 * 0.5 = 10 members a pack
     assert [len(p.members) for p in small.packs] == [10] * 12
-    big = expand(spec, slots=2, gpu_free_bytes=4000 * need)  # all 120 in one pack
+    big = expand(spec, slots=1, gpu_free_bytes=4000 * need)  # the card holds all 120: one pack for one slot
     assert [len(p.members) for p in big.packs] == [120]
+    shared = expand(spec, slots=2, gpu_free_bytes=4000 * need)  # gpu: 0.5, two slots a card: two packs share it
+    assert [len(p.members) for p in shared.packs] == [60, 60]

@@ -84,6 +84,20 @@ def cpu_pack_size_reason(config) -> str:
     return f"up to {min(k, MAX_PACK, cap or MAX_PACK)} members per pack: {mb}"
 
 
+def local_gpu_free_bytes() -> int | None:
+    """This process's CUDA card's free memory, or None without one."""
+    return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+
+
+def local_gpu_count() -> int | None:
+    """This machine's CUDA cards, or None without any."""
+    return torch.cuda.device_count() or None if torch.cuda.is_available() else None
+
+
+def local_gpu_name() -> str | None:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
 def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: float = 1.0,
                    free_bytes: int | None = None) -> int:
     """Pick K from a one-member probe of the model: cache-sized on CPU, memory-sized on a GPU.
@@ -96,8 +110,8 @@ def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: fl
         return 1
     probe = make_trainer([config], device="cpu")
     need = max(1, member_bytes(probe))
-    if device.startswith("cuda") and free_bytes is None and torch.cuda.is_available():
-        free_bytes = torch.cuda.mem_get_info()[0]
+    if device.startswith("cuda") and free_bytes is None:
+        free_bytes = local_gpu_free_bytes()
     if device.startswith("cuda") and free_bytes is not None:
         k = members_that_fit(need, free_bytes, gpu_fraction)
     else:

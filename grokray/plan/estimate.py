@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.cost import StepCost, calibrate
-from ..engine.sizing import AddressSpaceCap, cpu_pack_size_reason, out_of_memory
+from ..engine.sizing import AddressSpaceCap, cpu_pack_size_reason, local_gpu_name, out_of_memory
 from .expand import Pack, Plan, local_slots, model_steps
 
 LONG_SHARE = 0.5  # members expected to train their whole budget, without history (measured: 0.15 to 0.85)
@@ -128,21 +128,20 @@ def _sampled(n: int, k: int) -> list[int]:
     return order
 
 
-def _slots(plan: Plan, cpus: int | None) -> int:
-    res = plan.spec.resources
-    if res.gpu > 0:
-        return max(1, min(len(plan.packs), int(1 // res.gpu)))
-    return max(1, min(len(plan.packs), local_slots(plan.spec, cpus)))
+def _slots(plan: Plan, cpus: int | None, gpus: int | None = None) -> int:
+    return max(1, min(len(plan.packs), local_slots(plan.spec, cpus, gpus)))
 
 
 def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = True,
-                  slots: int | None = None, use: BudgetUse | None = None) -> Estimate:
-    """The plan's expected and upper-bound wall time on `cpus` cores (default: this machine's), or with `slots`
-    packs at once when given (a search's max_concurrent). `use`: how much of their budget the members train, as
-    measured on stored runs (tracking.history); None: the prior."""
+                  slots: int | None = None, use: BudgetUse | None = None, gpus: int | None = None) -> Estimate:
+    """The plan's expected and upper-bound wall time on `cpus` cores (default: this machine's) and `gpus` cards
+    (default: one), or with `slots` packs at once when given (a search's max_concurrent). A GPU spec is timed on
+    this machine's card when it has one. `use`: how much of their budget the members train, as measured on stored
+    runs (tracking.history); None: the prior."""
     res = plan.spec.resources
     device = "cuda" if res.gpu > 0 else "cpu"
-    can_measure = device == "cpu" or _cuda()
+    gpu_name = local_gpu_name() if device == "cuda" else None
+    can_measure = device == "cpu" or gpu_name is not None
     costs: dict[str, StepCost] = {}
     too_big = 0
     if calibrate_costs and can_measure:
@@ -164,8 +163,9 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     flat = StepCost(0.0, 1.0 / rate)
     assumed = f"assumed {rate:g} model-steps/s per {'pack' if device == 'cuda' else 'core'}"
     if order:
-        basis = (f"measured here on {len(costs)} of {len(plan.packs)} packs (a + b*K seconds per step; others take "
-                 f"the nearest measured pack's)")
+        where = f"this machine's {gpu_name}" if gpu_name else "this machine's CPU"
+        basis = (f"measured on {where}, {len(costs)} of {len(plan.packs)} packs (a + b*K seconds per step; others "
+                 f"take the nearest measured pack's)")
     elif too_big:
         basis = f"{assumed} (a pack does not fit this machine's memory to measure it)"
     else:
@@ -182,12 +182,12 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
         pack_costs.append(cost)
         expected.append(pack_seconds(pack, cost, use=use))
         upper.append(pack_seconds(pack, cost, expected=False))
-    slots = slots or _slots(plan, cpus)
+    slots = slots or _slots(plan, cpus, gpus)
     return Estimate(plan.n_configs, len(plan.packs), plan.model_steps, SWEEP_S + schedule(expected, slots),
-                    SWEEP_S + schedule(upper, slots), slots, basis, costs, use, packing_reason(plan), pack_costs)
+                    SWEEP_S + schedule(upper, slots), slots, basis, costs, use, packing_reason(plan, slots), pack_costs)
 
 
-def packing_reason(plan: Plan) -> str:
+def packing_reason(plan: Plan, slots: int) -> str:
     """Why the plan's packs are the size they are: the spec's pack_size, free GPU memory, or the CPU rule."""
     res = plan.spec.resources
     if not plan.packs:
@@ -195,13 +195,14 @@ def packing_reason(plan: Plan) -> str:
     if res.pack_size != "auto":
         return f"resources.pack_size: {res.pack_size}"
     if res.gpu > 0:
-        return "auto: as many members as the GPU's free memory holds"
+        split = f", split to keep {slots} slots busy" if len(plan.packs) > 1 else ""
+        if plan.gpu_free_bytes is None:
+            return ("auto: no CUDA device here to size from, so the CPU rule; on a GPU, as many members as the "
+                    "card's free memory holds")
+        return (f"auto: as many members as {min(1.0, res.gpu):g} of the GPU's free memory "
+                f"({plan.gpu_free_bytes / 2**30:.1f} GiB) holds{split}")
     with AddressSpaceCap():
         return "auto: " + cpu_pack_size_reason(plan.packs[0].members[0].config) + (
-            f", split to keep {_slots(plan, None)} slots busy" if len(plan.packs) > 1 else "")
+            f", split to keep {slots} slots busy" if len(plan.packs) > 1 else "")
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

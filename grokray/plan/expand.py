@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..engine import max_pack_size, pack_signature
-from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size, out_of_memory
+from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size, local_gpu_free_bytes, out_of_memory
 from ..errors import SpecError
 from ..spec import Spec, TrialConfig
 
@@ -44,6 +44,7 @@ class Plan:
     spec: Spec
     packs: list[Pack]
     swept: list[str] = field(default_factory=list)  # dotted keys that vary, in spec order, then "seed"
+    gpu_free_bytes: int | None = None  # the GPU memory `pack_size: auto` was sized from (None: CPU rule)
 
     @property
     def n_configs(self) -> int:
@@ -151,25 +152,30 @@ def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float, gpu_
 
 def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: str,
                   gpu_free_bytes: int | None = None) -> int:
-    """resources.pack_size, or auto: what fits the device, but at least `slots` packs to keep every slot busy."""
+    """resources.pack_size, or auto: what fits the device, but at least `slots` packs to keep every slot busy (on
+    a GPU too: `gpu: 0.25` means four packs share a card, so a sweep that fits one pack is dealt into four)."""
     size = spec.resources.pack_size
     if size == "auto":
         frac = min(1.0, spec.resources.gpu) if spec.resources.gpu > 0 else 1.0
         size = _probe_pack_size(config, n, device, frac, gpu_free_bytes)
-        if device == "cpu":
-            size = min(size, max(1, math.ceil(n / max(1, slots))))
-            # Whole waves: 3 packs on 2 slots leave a slot idle for the last third, 4 smaller packs do not.
-            count = math.ceil(n / size)
-            if count > slots and count % slots:
-                size = math.ceil(n / (math.ceil(count / slots) * slots))
+        size = min(size, max(1, math.ceil(n / max(1, slots))))
+        # Whole waves: 3 packs on 2 slots leave a slot idle for the last third, 4 smaller packs do not.
+        count = math.ceil(n / size)
+        if count > slots and count % slots:
+            size = math.ceil(n / (math.ceil(count / slots) * slots))
     cap = max_pack_size(config)
     return max(1, min(size, cap) if cap else size)
 
 
-def local_slots(spec: Spec, cpus: int | None = None) -> int:
-    """Concurrent trials this machine runs: CPUs / resources.cpu (the default for --dry-run and local Ray)."""
+def local_slots(spec: Spec, cpus: int | None = None, gpus: float | None = None) -> int:
+    """Concurrent trials: CPUs / resources.cpu, and with a GPU share at most GPUs / resources.gpu (gpus None: one
+    card). The defaults are this machine's CPUs, for --dry-run and a private local Ray."""
     cpus = cpus if cpus is not None else (os.cpu_count() or 1)
-    return max(1, int(cpus // spec.resources.cpu))
+    n = int(cpus // spec.resources.cpu)
+    if spec.resources.gpu > 0:
+        cards = 1.0 if gpus is None else gpus
+        n = min(n, math.floor(cards / spec.resources.gpu + 1e-9))  # 1 / 0.1 is 9.999...: ten packs, not nine
+    return max(1, n)
 
 
 def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = None) -> Plan:
@@ -177,6 +183,8 @@ def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = No
     gpu_free_bytes: free memory of the GPUs the packs will run on, for `pack_size: auto` (None: see sizing)."""
     slots = slots if slots is not None else local_slots(spec)
     device = "cuda" if spec.resources.gpu > 0 else "cpu"
+    if device == "cuda" and gpu_free_bytes is None and spec.resources.pack_size == "auto":
+        gpu_free_bytes = local_gpu_free_bytes()  # --dry-run on a GPU machine: this card's free memory
     points = spec.points()
     members = [Member(spec.trial(p), p) for p in points]
     groups: dict[str, list[Member]] = {}
@@ -187,7 +195,7 @@ def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = No
         size = pack_size_for(spec, group[0].config, len(group), slots, device, gpu_free_bytes)
         for chunk in _deal(group, size):
             packs.append(Pack(f"pack-{len(packs):04d}", chunk))
-    return Plan(spec=spec, packs=packs, swept=swept_keys(spec))
+    return Plan(spec=spec, packs=packs, swept=swept_keys(spec), gpu_free_bytes=gpu_free_bytes)
 
 
 def n_configs(spec: Spec) -> int:

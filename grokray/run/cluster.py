@@ -61,6 +61,16 @@ def check_cluster_gpus(spec: Spec) -> None:
                         "set resources.gpu: 0 or add GPU nodes")
 
 
+def idle_gpu_note(spec: Spec) -> str | None:
+    """Once joined: a spec that asks for no GPU where Ray has some trains on the CPUs. Said, since on a GPU
+    machine that is rarely what was meant, and the fix is one override."""
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if spec.resources.gpu > 0 or not gpus:
+        return None
+    return (f"grokray: resources.gpu is 0, so the packs train on the CPUs, though Ray has {gpus:g} GPU"
+            f"{'s' if gpus != 1 else ''}; -s resources.gpu=0.25 trains four packs on each card")
+
+
 def gpu_free_bytes(spec: Spec, timeout_s: float = 60.0) -> int | None:
     """Free memory of a GPU the packs will run on, for `pack_size: auto`: asked of a GPU worker by a task that
     takes the trial's GPU share (the driver may be a CPU head). None when its torch cannot open CUDA, or no GPU
@@ -81,5 +91,6 @@ def gpu_free_bytes(spec: Spec, timeout_s: float = 60.0) -> int | None:
 
 
 def slots(spec: Spec) -> int:
-    """Packs the joined cluster runs at once (its CPUs / resources.cpu)."""
-    return local_slots(spec, int(ray.cluster_resources().get("CPU", 0)) or None)
+    """Packs the joined cluster runs at once: its CPUs / resources.cpu, and its GPUs / resources.gpu."""
+    have = ray.cluster_resources()
+    return local_slots(spec, int(have.get("CPU", 0)) or None, have.get("GPU") or None)

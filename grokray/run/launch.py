@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,7 +30,15 @@ from ..tracking.client import resolve_tracking_uri
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun, spool_dir_for
 from ..tracking.schema import CODE_VERSION_TAG
-from .cluster import check_cluster_gpus, check_gpu_request, gpu_free_bytes, resolve_storage, slots, start_ray
+from .cluster import (
+    check_cluster_gpus,
+    check_gpu_request,
+    gpu_free_bytes,
+    idle_gpu_note,
+    resolve_storage,
+    slots,
+    start_ray,
+)
 from .context import TrialContext
 from .options import LaunchOptions, LaunchSummary
 from .progress import ProgressLine
@@ -102,6 +111,9 @@ class Launch:
         self.timings["ray_start"] = time.time() - self.t_start
         try:
             check_cluster_gpus(self.spec)
+            note = idle_gpu_note(self.spec)
+            if note:
+                print(note, file=sys.stderr)
             self.gpu_free = gpu_free_bytes(self.spec)
             self.parent = ready.result()
         except BaseException:

@@ -22,18 +22,14 @@ def _load(args):
 
 
 def _train(args) -> int:
-    import torch
-
     from .engine import run_trial
+    from .engine.sizing import train_device_note
     from .terminal import curve_table, phase_line
 
     spec = _load(args)
     config = spec.first_trial()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SpecError("--device", "cuda requested but no CUDA device is available; allowed here: cpu")
-    if args.device == "cpu" and torch.cuda.is_available():
-        print(f"grokray: training on the CPU, though this machine has a {torch.cuda.get_device_name()}; "
-              "--device cuda trains there", file=sys.stderr)
+    for note in train_device_note(args.device):  # a SpecError for cuda where there is none
+        print(note, file=sys.stderr)
     result = run_trial(config, device=args.device)
     print(curve_table(result))
     print(phase_line(result, config.phases.threshold))
@@ -109,11 +105,11 @@ def _run(args) -> int:
         from .tracking.client import resolve_tracking_uri
         from .tracking.history import measured_budget_use
 
-        gpus = local_gpu_count() if spec.resources.gpu > 0 else None  # this machine's cards, if it has any
+        gpus = local_gpu_count()  # this machine's cards, if it has any
         plan = expand(spec, slots=local_slots(spec, gpus=gpus))
         found = measured_budget_use(resolve_tracking_uri(args.tracking_uri), spec.name, plan_budget(plan))
-        estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, use=BudgetUse(*found) if found else None,
-                                 gpus=gpus)
+        use = BudgetUse(*found) if found else None
+        estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, use=use, gpus=gpus)
         print("\n".join(estimate.lines()))
         return 0
 

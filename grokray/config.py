@@ -190,7 +190,8 @@ class OptimConfig:
     # The fields that may differ between the members of one pack: each member gets its own value (the pack's
     # signature leaves them out; the optimizer holds them as [K, 1] columns, init_scale acts at init).
     PER_MEMBER: ClassVar[tuple[str, ...]] = ("lr", "weight_decay", "betas", "eps", "momentum", "warmup_steps",
-                                             "temperature", "init_scale")
+                                             "temperature", "init_scale", "filter_alpha", "filter_lambda",
+                                             "orthogonal")
 
     name: Literal["adamw", "adam", "sgd", "normalized_gd", "langevin"] = "adamw"
     lr: float = bounded(1e-3, ge=0.0)
@@ -201,6 +202,12 @@ class OptimConfig:
     warmup_steps: int = bounded(0, ge=0)
     temperature: float = bounded(0.0, ge=0.0, doc="Langevin noise temperature T")
     init_scale: float = bounded(1.0, gt=0.0, doc="multiplies this group's initial weights")
+    # De-grokking methods (optim/degrok.py). Grokfast: amplify the gradient's slow part, g + lambda * g_slow.
+    grad_filter: Literal["none", "ema", "ma"] = "none"
+    filter_alpha: float = bounded(0.98, ge=0.0, lt=1.0, doc="ema: g_slow <- alpha g_slow + (1 - alpha) g")
+    filter_lambda: float = bounded(2.0, ge=0.0, doc="ema/ma: g <- g + lambda g_slow")
+    filter_window: int = bounded(100, ge=1, le=10_000, doc="ma: g_slow is the mean of the last `window` gradients")
+    orthogonal: bool = False  # ⊥Grad: each tensor's gradient without its component along the weights
 
     def validate(self, path):
         for i, b in enumerate(self.betas):
@@ -216,12 +223,18 @@ class TrainConfig:
     curve_points_per_decade: int = bounded(20, ge=1)
     dtype: Literal["float32", "float64"] = "float32"
     compile: bool = False  # torch.compile the optimizer update into one fused kernel (first call compiles, ~20 s)
+    # Omnigrok's constraint: after every update the total weight norm is rescaled to its initial value, or to the
+    # given number (per member). free: no constraint.
+    weight_norm: float | Literal["free", "initial"] = "free"
+    softmax: Literal["softmax", "stablemax"] = "softmax"  # the classification heads' cross-entropy (Prieto et al.)
 
     def validate(self, path):
         if isinstance(self.batch_size, int) and self.batch_size < 1:
             raise SpecError(f"{path}.batch_size", f"got {self.batch_size}; must be >= 1 or 'full'")
         if isinstance(self.eval_every, int) and self.eval_every < 1:
             raise SpecError(f"{path}.eval_every", f"got {self.eval_every}; must be >= 1 or 'auto'")
+        if isinstance(self.weight_norm, float) and not self.weight_norm > 0:
+            raise SpecError(f"{path}.weight_norm", f"got {self.weight_norm}; must be > 0, 'initial' or 'free'")
 
 
 @dataclass

@@ -123,8 +123,27 @@ def parse_trial(raw: dict) -> TrialConfig:
     with mistakes.check():
         if model is not None and task is not None:
             entry.build.check_task(model, task, "model")
+    with mistakes.check():
+        if model is not None and "train" in blocks:
+            check_degrok(entry, model, task, blocks["train"], optim)
     mistakes.raise_any()
     return TrialConfig(task=task, model=model, optim=optim, train=blocks["train"], phases=blocks["phases"], seed=seed)
+
+
+def check_degrok(entry, model, task, train: TrainConfig, optim: dict[str, OptimConfig]) -> None:
+    """The de-grokking fields need what they act on: a cross-entropy for stablemax, gradients for the rest."""
+    name = model.registry_name
+    if train.softmax == "stablemax" and not getattr(entry.build, "cross_entropy", lambda m, t: False)(model, task):
+        raise SpecError("train.softmax", f"stablemax replaces the softmax of a cross-entropy loss, and model {name!r} "
+                        "as configured has none; allowed with: transformer, toy or quadratic with head: "
+                        "classification, mlp with loss: cross_entropy")
+    if getattr(entry.build, "trainer", "pack") != "pack":
+        if train.weight_norm != "free":
+            raise SpecError("train.weight_norm", f"model {name!r} has no weights to hold; allowed: free")
+        for group, cfg in optim.items():
+            if cfg.grad_filter != "none" or cfg.orthogonal:
+                raise SpecError(f"optim.{group}", f"model {name!r} is not trained by gradients; grad_filter and "
+                                "orthogonal do not apply")
 
 
 def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimConfig]:

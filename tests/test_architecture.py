@@ -20,7 +20,7 @@ RANKS = {
     "grokray.engine": 6,
     "grokray.tracking": 2,  # the ground floor of the driver side: only errors and config below it
     "grokray.plan": 7, "grokray.search": 8, "analysis": 8, "grokray.run": 9, "grokray.atlas": 10,
-    "grokray.terminal": 10, "grokray.ui": 10, "grokray.cli": 11, "grokray": 11,
+    "grokray.terminal": 10, "grokray.ui": 10, "grokray.cli": 11, "grokray": 11, "grokray.__main__": 12,
 }
 CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.config", "grokray.registry",
         "grokray.overrides", "grokray.phases",

@@ -16,6 +16,7 @@ import torch
 
 from ..models import MODELS
 from ..optim import GroupOptimizer, MemberRandom
+from ..optim.degrok import hold_weight_norm_
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
 from .checkpoint import load_pack_state, pack_state_dict
@@ -30,7 +31,7 @@ from .states import pack_member_states
 PER_MEMBER_TENSORS = (
     "train_idx", "train_w", "w_train_all", "train_mask_all", "val_mask_all", "val_idx", "val_valid", "n_train", "n_val",
     "has_val",
-    "threshold", "cross_train", "cross_val", "diverged", "active", "last", "marks",
+    "threshold", "cross_train", "cross_val", "diverged", "active", "last", "marks", "norm_target",
 )
 MARKS = 3  # rows kept per member: measured at its train crossing, its val crossing and its stop (engine.curves)
 EVAL_CHUNK = 16384  # samples per member per no-grad eval forward
@@ -107,7 +108,16 @@ class PackTrainer:
                     salt=gi + 1,
                     pad_mask=self.model.pad_masks.get(g),
                     compile=train.compile,
+                    segments=[(a, b) for group, a, b, _ in self.model.layout.values() if group == g],
                 )
+        # Omnigrok's constraint: each member's total weight norm held at its target after every update (NaN: free).
+        targets = [math.nan if c.train.weight_norm == "free" else c.train.weight_norm for c in configs]
+        initial = self.model.weight_norm().tolist()
+        self.norm_target = torch.tensor([initial[k] if t == "initial" else t for k, t in enumerate(targets)],
+                                        dtype=torch.float64, device=self.device)
+        self.holds_norm = bool((~torch.isnan(self.norm_target)).any())
+        if first.train.softmax == "stablemax":
+            self.model.head.stablemax = True  # checked at parse time: the family's head is a cross-entropy one
         self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
         # Device-side state, read by the host only at checks.
         self.step = 0
@@ -248,6 +258,8 @@ class PackTrainer:
         member = (self.active & ~self.diverged).view(-1, 1)
         for opt in self.optimizers.values():
             opt.step(t, member)
+        if self.holds_norm:
+            hold_weight_norm_(list(self.model.flat.values()), self.norm_target, member.view(-1))
         self.step = t + 1
 
     def final_eval(self):

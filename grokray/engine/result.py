@@ -58,6 +58,7 @@ def pack_signature(cfg) -> str:
         for f in OptimConfig.PER_MEMBER:
             group.pop(f)
     d["train"].pop("steps")
+    d["train"].pop("weight_norm")  # per member: a target norm, or NaN for none
     return repr(sorted(d.items()))
 
 

@@ -6,6 +6,7 @@ import os
 
 import torch
 
+from ..errors import SpecError
 from .trainers import make_trainer, max_pack_size
 
 CPU_WORKING_SET = 48 * 2**20  # bytes: stay near the last-level cache so stacking does not thrash memory
@@ -92,6 +93,15 @@ def local_gpu_free_bytes() -> int | None:
 def local_gpu_count() -> int | None:
     """This machine's CUDA cards, or None without any."""
     return torch.cuda.device_count() or None if torch.cuda.is_available() else None
+
+
+def train_device_note(device: str) -> list[str]:
+    """`grokray train --device`: cuda needs a CUDA device (SpecError); the CPU beside a GPU is said."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("--device", "cuda requested but no CUDA device is available; allowed here: cpu")
+    if device == "cpu" and torch.cuda.is_available():
+        return [f"grokray: training on the CPU; --device cuda trains on the {torch.cuda.get_device_name()}"]
+    return []
 
 
 def local_gpu_name() -> str | None:

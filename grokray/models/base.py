@@ -97,6 +97,12 @@ class PackedModel(torch.nn.Module):
         """Raise a SpecError naming `path` if this model cannot train on `task` (default: any task)."""
 
     @staticmethod
+    def cross_entropy(model, task) -> bool:
+        """Whether this configuration's loss is a cross-entropy over class logits (train.softmax: stablemax
+        replaces its softmax). Default: no."""
+        return False
+
+    @staticmethod
     def init_member(cfg, data, gen: torch.Generator, init_scales: dict[str, float]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 

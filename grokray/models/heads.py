@@ -18,14 +18,28 @@ class Head:
 
 
 class ClassificationHead(Head):
-    """Cross-entropy over `num_classes` logits; correct = argmax."""
+    """Cross-entropy over `num_classes` logits; correct = argmax. With `stablemax` (train.softmax), the
+    probabilities are StableMax's instead of softmax's (Prieto et al. 2025): s(x) = x + 1 for x >= 0 and
+    1 / (1 - x) below, normalised over the classes; it grows linearly, not exponentially, with the logits."""
+
+    stablemax = False
 
     def __init__(self, num_classes: int):
         self.out_dim = num_classes
 
     def per_sample(self, out, y):
-        loss = F.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+        if self.stablemax:
+            log_p = log_stablemax(out)
+            loss = -log_p.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        else:
+            loss = F.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
         return loss, out.argmax(-1) == y
+
+
+def log_stablemax(x: torch.Tensor) -> torch.Tensor:
+    """log of StableMax over the last dimension."""
+    s = torch.where(x >= 0, x + 1, 1 / (1 - x.clamp(max=0)))
+    return s.log() - s.sum(-1, keepdim=True).log()
 
 
 class OneHotMSEHead(Head):

@@ -50,6 +50,10 @@ class MlpModel(PackedModel):
         self.vocab_size = data.vocab_size
         return make_head(self.cfg.loss, data)
 
+    @staticmethod
+    def cross_entropy(model, task) -> bool:
+        return model.loss == "cross_entropy" and getattr(task, "registry_name", "") != "cubic_teacher"
+
     def group_of(self, name):
         return "last" if name.startswith(f"fc{self.cfg.depth - 1}.") else "hidden"
 

@@ -38,6 +38,10 @@ class QuadraticModel(PackedModel):
     per_member_fields = frozenset({"width"})
 
     @staticmethod
+    def cross_entropy(model, task) -> bool:
+        return model.head == "classification"
+
+    @staticmethod
     def check_task(cfg, task, path):
         if getattr(task, "registry_name", None) not in ("modular", "addition", "permutation"):
             raise SpecError(f"{path}.name", f"quadratic needs a symbol task (modular, ...), not {task.registry_name!r}")

@@ -66,6 +66,10 @@ class ToyModel(PackedModel):
         return TargetVectorHead(targets.to(dtype=dtype, device=device))
 
     @staticmethod
+    def cross_entropy(model, task) -> bool:
+        return model.head == "classification"
+
+    @staticmethod
     def check_task(model, task, path):
         if not getattr(task, "symbolic", False):
             raise SpecError("task.name", f"model 'toy' embeds symbols; got task {task.registry_name!r}, allowed: "

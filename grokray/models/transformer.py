@@ -89,6 +89,10 @@ class TransformerModel(PackedModel):
         return ClassificationHead(data.num_classes)
 
     @staticmethod
+    def cross_entropy(model, task) -> bool:
+        return True
+
+    @staticmethod
     def check_task(model, task, path):
         if not getattr(task, "symbolic", False):
             raise SpecError(

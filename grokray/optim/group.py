@@ -6,6 +6,7 @@ import torch
 
 from ..config import OptimConfig
 from . import primitives as P
+from .degrok import GradFilter, orthogonalize_
 
 
 class MemberRandom:
@@ -77,7 +78,8 @@ class GroupOptimizer:
     HYPER = tuple(f for f in OptimConfig.PER_MEMBER if f not in ("betas", "init_scale"))
 
     def __init__(self, param: torch.Tensor, grad: torch.Tensor, configs: list[OptimConfig], seeds: list[int],
-                 salt: int, pad_mask: torch.Tensor | None = None, compile: bool = False):
+                 salt: int, pad_mask: torch.Tensor | None = None, compile: bool = False,
+                 segments: list[tuple[int, int]] | None = None):
         kinds = {c.name for c in configs}
         if len(kinds) != 1:
             raise ValueError(f"a pack shares one optimizer kind per group, got {sorted(kinds)}")
@@ -91,6 +93,12 @@ class GroupOptimizer:
         self.h["beta1"] = column([c.betas[0] for c in configs])
         self.h["beta2"] = column([c.betas[1] for c in configs])
         self.has_warmup = any(c.warmup_steps > 0 for c in configs)
+        # De-grokking transforms of the gradient, before the update (optim/degrok.py): ⊥Grad per parameter tensor
+        # (`segments` of the flat group; the whole group as one when not given), then Grokfast's filter.
+        self.segments = segments or [(0, param.shape[1])]
+        self.orthogonal = any(c.orthogonal for c in configs)
+        kind = configs[0].grad_filter
+        self.filter = None if kind == "none" else GradFilter(kind, grad, configs[0].filter_window)
         self.scratch = torch.empty_like(param)
         adam = self.kind in ("adam", "adamw")
         self.state = {
@@ -130,6 +138,10 @@ class GroupOptimizer:
     @torch.no_grad()
     def step(self, step: int, active: torch.Tensor):
         """Apply update number `step` (0-based); `active` [K, 1] bool says which members may move."""
+        if self.orthogonal:
+            orthogonalize_(self.param, self.grad, self.segments, self.h["orthogonal"])
+        if self.filter is not None:
+            self.filter.apply_(self.grad, self.h["filter_alpha"], self.h["filter_lambda"])
         if self.fused == "rows":
             return self._step_rows(step, active)
         h = self.h
@@ -181,12 +193,16 @@ class GroupOptimizer:
         self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
         if self.noise is not None:
             self.noise.select(idx.tolist())
+        if self.filter is not None:
+            self.filter.select(idx)
         self._read_rows()
 
     def state_dict(self) -> dict:
         out = {k: v.clone() for k, v in self.state.items() if v is not None}
         if self.noise is not None:
             out["noise"] = self.noise.state_dict()
+        if self.filter is not None:
+            out["filter"] = self.filter.state_dict()
         return out
 
     def load_state_dict(self, state: dict):
@@ -195,3 +211,5 @@ class GroupOptimizer:
                 value.copy_(state[key])
         if self.noise is not None:
             self.noise.load_state_dict(state["noise"])
+        if self.filter is not None:
+            self.filter.load_state_dict(state["filter"])

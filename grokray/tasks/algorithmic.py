@@ -70,11 +70,12 @@ class ModularTask(SplitTask):
     ] = "random"
     reflection_k: int = bounded(0, ge=0, doc="withhold_reflection: hold out the fixed points (a, a+k) of s·r^k")
     withhold_count: int | None = bounded(None, ge=1, doc="withhold_symmetric / random_control: points held out")
+    nonzero_b: bool = False  # b runs over 1..p-1 (always for div): Grokfast's x*y mod 97 leaves out y = 0
 
     def validate(self, path):
         if self.op == "div" and not is_prime(self.p):
             raise SpecError(f"{path}.p", f"got {self.p}; op 'div' needs a prime p (e.g. 23, 31, 61, 97, 113)")
-        n_total = self.p * (self.p - 1 if self.op == "div" else self.p)
+        n_total = self.p * (self.p - 1 if self.skips_zero_b else self.p)
         self.validate_split(path, n_total)
         if self.split_mode == "random":
             return
@@ -90,7 +91,7 @@ class ModularTask(SplitTask):
                 f"only applies to symmetric pairs and the random control, not split_mode {self.split_mode!r}",
             )
         held = self.n_withheld()
-        pairs = (self.p - 1) * (self.p - 2) // 2 if self.op == "div" else self.p * (self.p - 1) // 2  # b, a != 0
+        pairs = (self.p - 1) * (self.p - 2) // 2 if self.skips_zero_b else self.p * (self.p - 1) // 2  # b, a != 0
         if self.split_mode == "withhold_symmetric" and held > 2 * pairs:
             raise SpecError(f"{path}.withhold_count", f"got {held}; only {pairs} symmetric pairs exist")
         if held >= n_total:
@@ -105,9 +106,13 @@ class ModularTask(SplitTask):
                     f"leaves {n_total - held} of {n_total}",
                 )
 
+    @property
+    def skips_zero_b(self) -> bool:
+        return self.op == "div" or self.nonzero_b
+
     def n_withheld(self) -> int:
         """How many points a non-random split holds out."""
-        fixed = self.p - 1 if self.op == "div" else self.p  # fixed points of a reflection (no b = 0 for div)
+        fixed = self.p - 1 if self.skips_zero_b else self.p  # fixed points of a reflection (no b = 0 for div)
         if self.split_mode in ("withhold_diagonal", "withhold_reflection"):
             return fixed
         count = fixed if self.withhold_count is None else self.withhold_count
@@ -115,7 +120,7 @@ class ModularTask(SplitTask):
 
     def data(self) -> TaskData:
         p, f = self.p, MODULAR_OPS[self.op]
-        pairs = [(a, b) for a in range(p) for b in range(p) if not (self.op == "div" and b == 0)]
+        pairs = [(a, b) for a in range(p) for b in range(p) if not (self.skips_zero_b and b == 0)]
         x = torch.tensor(pairs, dtype=torch.long)
         y = torch.tensor([f(a, b, p) for a, b in pairs], dtype=torch.long)
         return TaskData(x=x, y=y, num_classes=p, vocab_size=p, meta={"p": p, "op": self.op})

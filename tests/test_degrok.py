@@ -1,0 +1,162 @@
+"""The de-grokking methods (issue 37): each against its published formula on a hand-built case, each as a pack
+member that computes what it computes alone, each validated before anything runs. Their qualitative signatures
+at three seeds are in tests/test_degrok_signatures.py."""
+
+import math
+
+import pytest
+import torch
+from test_pack import BASE, TRANSFORMER, alone, assert_same, configs
+
+from grokray.engine import PackTrainer, pack_signature
+from grokray.errors import SpecError
+from grokray.models.heads import ClassificationHead, log_stablemax
+from grokray.optim.degrok import GradFilter, hold_weight_norm_, orthogonalize_
+from grokray.spec import build_spec
+
+GRADS = [torch.tensor([[1.0, -2.0], [0.5, 4.0]]), torch.tensor([[3.0, 0.0], [-1.0, 2.0]]),
+         torch.tensor([[-1.0, 1.0], [2.0, 2.0]]), torch.tensor([[0.0, 5.0], [1.0, -3.0]])]
+
+
+def test_grokfast_ema_is_g_plus_lambda_times_the_running_average():
+    alpha, lam = torch.tensor([[0.9], [0.5]]), torch.tensor([[2.0], [0.0]])
+    f = GradFilter("ema", GRADS[0], window=1)
+    slow = None
+    for g in GRADS:
+        slow = g.clone() if slow is None else alpha * slow + (1 - alpha) * g  # started at the first gradient
+        expected = g + lam * slow
+        out = g.clone()
+        f.apply_(out, alpha, lam)
+        assert torch.allclose(out, expected)
+    assert torch.equal(out[1], GRADS[-1][1])  # lambda 0: the gradient untouched
+
+
+def test_grokfast_ma_adds_lambda_times_the_window_mean_once_the_window_is_full():
+    lam = torch.tensor([[5.0], [1.0]])
+    f = GradFilter("ma", GRADS[0], window=3)
+    for i, g in enumerate(GRADS):
+        out = g.clone()
+        f.apply_(out, torch.zeros(2, 1), lam)
+        if i < 2:
+            assert torch.equal(out, g)  # the authors' warm-up: nothing until `window` gradients are in
+        else:
+            mean = torch.stack(GRADS[i - 2: i + 1]).mean(0)
+            assert torch.allclose(out, g + lam * mean)
+
+
+def test_grokfast_ma_stays_exact_over_many_windows():
+    torch.manual_seed(0)
+    grads = [torch.randn(2, 5, dtype=torch.float64) for _ in range(40)]
+    f = GradFilter("ma", grads[0], window=4)
+    for g in grads:
+        out = g.clone()
+        f.apply_(out, torch.zeros(2, 1, dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64))
+    assert torch.allclose(out, grads[-1] + torch.stack(grads[-4:]).mean(0), atol=1e-12)
+
+
+def test_orthogonal_grad_removes_the_radial_part_and_keeps_the_norm():
+    w = torch.tensor([[1.0, 0.0, 3.0, 4.0], [1.0, 0.0, 3.0, 4.0]])
+    g = torch.tensor([[1.0, 1.0, 3.0, 4.0], [1.0, 1.0, 3.0, 4.0]])
+    on = torch.tensor([[1.0], [0.0]])
+    out = g.clone()
+    orthogonalize_(w, out, [(0, 2), (2, 4)], on)  # two tensors: [1, 0] and [3, 4]
+    assert torch.allclose(out[0, :2], torch.tensor([0.0, math.sqrt(2)]))  # [1, 1] without its [1, 0] part
+    assert torch.allclose(out[0, 2:], torch.zeros(2), atol=1e-6)  # parallel to its weights: nothing is left
+    assert torch.equal(out[1], g[1])  # the member without ⊥Grad
+    for a, b in ((0, 2), (2, 4)):
+        assert float((out[0, a:b] * w[0, a:b]).sum()) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_norm_constraint_rescales_moving_members_to_their_targets():
+    flats = [torch.tensor([[3.0, 0.0], [1.0, 1.0], [2.0, 0.0]]), torch.tensor([[4.0], [1.0], [0.0]])]
+    target = torch.tensor([10.0, math.nan, 1.0], dtype=torch.float64)
+    moving = torch.tensor([True, True, False])
+    before = [f.clone() for f in flats]
+    hold_weight_norm_(flats, target, moving)
+    norm0 = math.sqrt(sum(float((f[0] ** 2).sum()) for f in flats))
+    assert norm0 == pytest.approx(10.0)
+    assert torch.allclose(flats[0][0], before[0][0] * 2) and torch.allclose(flats[1][0], before[1][0] * 2)
+    assert all(torch.equal(f[1], b[1]) and torch.equal(f[2], b[2]) for f, b in zip(flats, before, strict=True))
+
+
+def test_stablemax_is_s_over_its_sum():
+    logits = torch.tensor([[[0.0, 1.0, -1.0]]], dtype=torch.float64)  # s = 1, 2, 1/2
+    assert torch.allclose(log_stablemax(logits).exp(), torch.tensor([[[1 / 3.5, 2 / 3.5, 0.5 / 3.5]]],
+                                                                       dtype=torch.float64))
+    head = ClassificationHead(3)
+    head.stablemax = True
+    loss, correct = head.per_sample(logits, torch.tensor([[1]]))
+    assert float(loss) == pytest.approx(-math.log(2 / 3.5)) and bool(correct)
+    big = torch.tensor([[[200.0, 0.0, 0.0]]])  # float32 softmax rounds this to a loss of exactly 0; StableMax not
+    assert float(ClassificationHead(3).per_sample(big, torch.tensor([[0]]))[0]) == 0.0
+    assert float(head.per_sample(big, torch.tensor([[0]]))[0]) > 0.0
+
+
+# Every method in one pack, with members that differ in its per-member settings, against each member alone.
+METHOD_MEMBERS = {
+    "grokfast-ema": (["optim.decoder.grad_filter=ema"],
+                     [[], ["optim.decoder.filter_lambda=5", "optim.decoder.filter_alpha=0.9", "seeds=[3]"],
+                      ["optim.decoder.filter_lambda=0", "optim.decoder.lr=1e-2"]]),
+    "grokfast-ma": (["optim.decoder.grad_filter=ma", "optim.decoder.filter_window=7"],
+                    [[], ["optim.decoder.filter_lambda=5", "seeds=[3]"], ["optim.decoder.filter_lambda=0.5"]]),
+    "orthogonal": ([], [["optim.decoder.orthogonal=true", "optim.embedding.orthogonal=true"],
+                        ["optim.decoder.orthogonal=true", "seeds=[3]"], []]),
+    "weight-norm": ([], [["train.weight_norm=initial"], ["train.weight_norm=initial", "optim.decoder.init_scale=0.5",
+                                                         "seeds=[3]"], ["train.weight_norm=12"], []]),
+    "stablemax": (["train.softmax=stablemax"], [[], ["optim.decoder.lr=1e-2", "seeds=[3]"], ["seeds=[5]"]]),
+}
+
+
+@pytest.mark.parametrize("method", sorted(METHOD_MEMBERS))
+def test_a_pack_member_with_a_method_equals_its_configuration_alone(method):
+    shared, members = METHOD_MEMBERS[method]
+    cfgs = configs([[*shared, *m] for m in members])
+    assert len({pack_signature(c) for c in cfgs}) == 1, "the method's settings must be per member"
+    pack = PackTrainer(cfgs)
+    pack.run()
+    for cfg, packed in zip(cfgs, pack.results(), strict=True):
+        assert_same(packed, alone(cfg), tol=1e-5)
+    plain = alone(configs([[]])[0])
+    assert any(r.curve["train/loss"] != plain.curve["train/loss"] for r in pack.results())  # the method acted
+
+
+def test_a_held_norm_stays_at_its_target_through_training():
+    (cfg,) = configs([["train.weight_norm=initial", "optim.decoder.weight_decay=1.0"]])
+    trainer = PackTrainer([cfg])
+    start = float(trainer.model.weight_norm()[0])
+    trainer.run(until=100)
+    assert float(trainer.model.weight_norm()[0]) == pytest.approx(start, rel=1e-9)
+
+
+def test_the_transformer_packs_a_method_too():
+    cfgs = configs([["optim.default.grad_filter=ema", "train.softmax=stablemax"],
+                    ["optim.default.grad_filter=ema", "train.softmax=stablemax", "optim.default.filter_lambda=4",
+                     "seeds=[1]"]], TRANSFORMER)
+    pack = PackTrainer(cfgs)
+    pack.run()
+    for cfg, packed in zip(cfgs, pack.results(), strict=True):
+        assert_same(packed, alone(cfg), tol=1e-5)
+
+
+@pytest.mark.parametrize(("override", "field", "says"), [
+    ("optim.decoder.grad_filter=fast", "optim.decoder.grad_filter", "allowed: none, ema, ma"),
+    ("optim.decoder.filter_alpha=1.0", "optim.decoder.filter_alpha", "must be >= 0.0 and < 1.0"),
+    ("optim.decoder.filter_lambda=-1", "optim.decoder.filter_lambda", "must be >= 0.0"),
+    ("optim.decoder.filter_window=0", "optim.decoder.filter_window", "must be >= 1"),
+    ("optim.decoder.orthogonal=maybe", "optim.decoder.orthogonal", "expected true or false"),
+    ("train.weight_norm=-2", "train.weight_norm", "must be > 0, 'initial' or 'free'"),
+    ("train.softmax=sparsemax", "train.softmax", "allowed: softmax, stablemax"),
+    ("model.head=regression", "train.softmax", "stablemax replaces the softmax of a cross-entropy loss"),
+])
+def test_bad_method_settings_are_one_clear_line(override, field, says):
+    overrides = [override] + (["train.softmax=stablemax"] if override.startswith("model.head") else [])
+    with pytest.raises(SpecError) as err:
+        build_spec(BASE, overrides).first_trial()
+    assert err.value.field == field and says in str(err.value)
+
+
+def test_an_rfm_has_no_gradient_to_filter_or_norm_to_hold():
+    rfm = {"task": {"name": "modular", "op": "add", "p": 7, "train_fraction": 0.5}, "model": {"name": "rfm"}}
+    with pytest.raises(SpecError) as err:
+        build_spec(rfm, ["train.weight_norm=initial"]).first_trial()
+    assert err.value.field == "train.weight_norm"

@@ -193,12 +193,12 @@ class OptimConfig:
                                              "temperature", "init_scale", "filter_alpha", "filter_lambda",
                                              "orthogonal")
 
-    name: Literal["adamw", "adam", "sgd", "normalized_gd", "langevin"] = "adamw"
+    name: Literal["adamw", "adam", "sgd", "normalized_gd", "langevin", "muon"] = "adamw"
     lr: float = bounded(1e-3, ge=0.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = bounded(1e-8, gt=0.0)
-    momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+    momentum: float = bounded(0.0, ge=0.0, lt=1.0, doc="sgd's heavy ball; muon's Nesterov momentum (0.95 usual)")
     warmup_steps: int = bounded(0, ge=0)
     temperature: float = bounded(0.0, ge=0.0, doc="Langevin noise temperature T")
     init_scale: float = bounded(1.0, gt=0.0, doc="multiplies this group's initial weights")

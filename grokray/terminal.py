@@ -70,6 +70,9 @@ def search_plan_lines(cfg, n_trials: int, budget: int, estimate, seeds: list[int
     return [f"study:          {cfg.study} ({cfg.sampler} sampler, seed {cfg.seed}"
             + (", ASHA pruning" if cfg.asha else "") + ")",
             f"search space:   {space}",
+            *(f"enqueued:       trial {i}: " + ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                                                        for k, v in values.items())
+              for i, values in enumerate(cfg.enqueue)),
             f"objective:      {', '.join(cfg.objective)} (a trial that never generalizes scores {cfg.penalty:g})",
             f"trials:         {n_trials}, {cfg.max_concurrent} at once; each trains one configuration{counted} up "
             f"to {budget:,} steps",

@@ -92,6 +92,32 @@ def test_stablemax_is_s_over_its_sum():
     assert float(head.per_sample(big, torch.tensor([[0]]))[0]) > 0.0
 
 
+def test_muon_steps_as_torchs_muon_does_on_a_matrix():
+    """One matrix, two steps, against torch.optim.Muon (Nesterov, AdamW-matched RMS). Torch orthogonalises in
+    bfloat16, so the two agree to its rounding, not to float32's."""
+    from grokray.config import OptimConfig
+    from grokray.optim import GroupOptimizer
+
+    torch.manual_seed(0)
+    w0, grads = torch.randn(8, 5), [torch.randn(8, 5), torch.randn(8, 5)]
+    ref = torch.nn.Parameter(w0.clone())
+    muon = torch.optim.Muon([ref], lr=0.05, weight_decay=0.1, momentum=0.95, nesterov=True,
+                            adjust_lr_fn="match_rms_adamw")
+    flat, flat_grad = w0.clone().view(1, -1), torch.zeros(1, 40)
+    ours = GroupOptimizer(flat, flat_grad, [OptimConfig(name="muon", lr=0.05, weight_decay=0.1, momentum=0.95)],
+                          [0], salt=1, segments=[(0, 40, (8, 5))])
+    for i, g in enumerate(grads):
+        ref.grad = g.clone()
+        muon.step()
+        flat_grad.copy_(g.view(1, -1))
+        ours.step(i, torch.ones(1, 1, dtype=torch.bool))
+        step = (ref.detach() - w0).norm()
+        assert (flat.view(8, 5) - ref.detach()).norm() < 0.02 * step  # bfloat16's ~3 digits
+    sv = torch.linalg.svdvals(__import__("grokray.optim.primitives", fromlist=["x"]).newton_schulz(
+        torch.randn(3, 8, 5, dtype=torch.float64)))
+    assert bool((sv > 0.5).all() and (sv < 1.5).all())  # about orthogonal, as the quintic iteration promises
+
+
 # Every method in one pack, with members that differ in its per-member settings, against each member alone.
 METHOD_MEMBERS = {
     "grokfast-ema": (["optim.decoder.grad_filter=ema"],
@@ -104,6 +130,9 @@ METHOD_MEMBERS = {
     "weight-norm": ([], [["train.weight_norm=initial"], ["train.weight_norm=initial", "optim.decoder.init_scale=0.5",
                                                          "seeds=[3]"], ["train.weight_norm=12"], []]),
     "stablemax": (["train.softmax=stablemax"], [[], ["optim.decoder.lr=1e-2", "seeds=[3]"], ["seeds=[5]"]]),
+    "muon": (["optim.decoder.name=muon"],
+             [["optim.decoder.momentum=0.95"], ["optim.decoder.lr=1e-2", "optim.decoder.momentum=0.9", "seeds=[3]"],
+              ["model.hidden=[16, 48]", "optim.decoder.weight_decay=0.5"]]),  # narrower: padded matrices
 }
 
 

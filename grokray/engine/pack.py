@@ -108,7 +108,7 @@ class PackTrainer:
                     salt=gi + 1,
                     pad_mask=self.model.pad_masks.get(g),
                     compile=train.compile,
-                    segments=[(a, b) for group, a, b, _ in self.model.layout.values() if group == g],
+                    segments=[(a, b, shape) for group, a, b, shape in self.model.layout.values() if group == g],
                 )
         # Omnigrok's constraint: each member's total weight norm held at its target after every update (NaN: free).
         targets = [math.nan if c.train.weight_norm == "free" else c.train.weight_norm for c in configs]

@@ -66,11 +66,10 @@ class GradFilter:
             self.ring.copy_(state["ring"])
 
 
-def orthogonalize_(param: torch.Tensor, grad: torch.Tensor, segments: list[tuple[int, int]],
-                   on: torch.Tensor) -> None:
+def orthogonalize_(param: torch.Tensor, grad: torch.Tensor, segments: list[tuple], on: torch.Tensor) -> None:
     """⊥Grad per parameter tensor (each `segments` slice of the flat group), for the members where `on` [K, 1]
     is 1: g <- (g - (w.g / w.w) w) * |g| / |g - (w.g / w.w) w|."""
-    for start, stop in segments:
+    for start, stop, *_ in segments:
         w, g = param[:, start:stop], grad[:, start:stop]
         along = (w * g).sum(1, keepdim=True) / ((w * w).sum(1, keepdim=True) + TINY)
         ortho = g - along * w

@@ -66,7 +66,7 @@ UPDATES = {"adamw": _adamw, "adam": _adam, "sgd": _sgd, "normalized_gd": _normal
 
 
 class GroupOptimizer:
-    """AdamW, Adam, SGD(+momentum), normalized GD or Langevin on one flat [K, P] parameter group.
+    """AdamW, Adam, SGD(+momentum), normalized GD, Langevin or Muon on one flat [K, P] parameter group.
 
     Freezing is folded into the per-member learning rate (lr = 0 for a stopped member), so no step ever
     touches a finished member and no masked copy of the parameters is made. Padded entries of narrower
@@ -79,7 +79,7 @@ class GroupOptimizer:
 
     def __init__(self, param: torch.Tensor, grad: torch.Tensor, configs: list[OptimConfig], seeds: list[int],
                  salt: int, pad_mask: torch.Tensor | None = None, compile: bool = False,
-                 segments: list[tuple[int, int]] | None = None):
+                 segments: list[tuple[int, int, tuple]] | None = None):
         kinds = {c.name for c in configs}
         if len(kinds) != 1:
             raise ValueError(f"a pack shares one optimizer kind per group, got {sorted(kinds)}")
@@ -95,25 +95,54 @@ class GroupOptimizer:
         self.has_warmup = any(c.warmup_steps > 0 for c in configs)
         # De-grokking transforms of the gradient, before the update (optim/degrok.py): ⊥Grad per parameter tensor
         # (`segments` of the flat group; the whole group as one when not given), then Grokfast's filter.
-        self.segments = segments or [(0, param.shape[1])]
+        self.segments = segments or [(0, param.shape[1], (param.shape[1],))]
+        # Muon: the group's matrices (each member's tensor of 2 dimensions) take the orthogonalised momentum.
+        self.matrices = [(a, b, shape) for a, b, shape in self.segments if len(shape) == 2 and min(shape) > 1]
         self.orthogonal = any(c.orthogonal for c in configs)
         kind = configs[0].grad_filter
         self.filter = None if kind == "none" else GradFilter(kind, grad, configs[0].filter_window)
         self.scratch = torch.empty_like(param)
         adam = self.kind in ("adam", "adamw")
+        moments = adam or self.kind == "muon"  # muon: AdamW for what is not a matrix
         self.state = {
-            "exp_avg": torch.zeros_like(param) if adam else None,
-            "exp_avg_sq": torch.zeros_like(param) if adam else None,
-            "momentum": torch.zeros_like(param) if self.kind == "sgd" else None,
+            "exp_avg": torch.zeros_like(param) if moments else None,
+            "exp_avg_sq": torch.zeros_like(param) if moments else None,
+            "momentum": torch.zeros_like(param) if self.kind in ("sgd", "muon") else None,
         }
         self.noise = MemberRandom(seeds, param.device, salt) if self.kind == "langevin" else None
         self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
-        self._update = UPDATES[self.kind]
+        self._muon_scale()
+        self._update = self._muon if self.kind == "muon" else UPDATES[self.kind]
         if compile:  # one fused kernel instead of ~10 memory-bound passes (compiles once per pack shape)
             self._update = torch.compile(self._update, dynamic=False, fullgraph=True)
         self.fused = None if compile or not adam else self._pick_fused(param.device)
         self.step_count = torch.zeros((), dtype=torch.float32, device=param.device)  # the fused kernels' step
         self._read_rows()
+
+    def _muon(self, p, g, s, lr, h, st, step, noise):
+        """Muon (Jordan et al.; Tveit et al. on grokking): each matrix moves along the orthogonalised Nesterov
+        momentum, scaled by 0.2 sqrt(max(rows, cols)) so that its step has AdamW's RMS and AdamW's lr and decay
+        carry over (Liu et al. 2025); the group's other tensors (biases, norms) take AdamW's step."""
+        P.adam_moments_(g, st["exp_avg"], st["exp_avg_sq"], h["beta1"], h["beta2"], s)
+        P.decoupled_decay_(p, lr, h["weight_decay"])
+        direction = P.adam_direction_(st["exp_avg"], st["exp_avg_sq"], step, h["beta1"], h["beta2"], h["eps"], s)
+        buf = P.momentum_(g, st["momentum"], h["momentum"])
+        nesterov = g + h["momentum"] * buf
+        for (a, b, shape), scale in zip(self.matrices, self.muon_scales, strict=True):
+            o = P.newton_schulz(nesterov[:, a:b].reshape(-1, *shape))
+            direction[:, a:b] = o.reshape(o.shape[0], -1) * scale
+        p.sub_(direction.mul_(lr))
+
+    def _muon_scale(self):
+        """Muon's 0.2 sqrt(max(rows, cols)) per member and matrix, from the member's own (unpadded) shape."""
+        self.muon_scales = []
+        for a, b, shape in self.matrices:
+            if self.pad is None:
+                self.muon_scales.append(0.2 * max(shape) ** 0.5)
+                continue
+            mask = self.pad[:, a:b].reshape(-1, *shape) > 0
+            rows, cols = mask.any(2).sum(1), mask.any(1).sum(1)
+            self.muon_scales.append((0.2 * torch.maximum(rows, cols).to(self.param.dtype).sqrt()).view(-1, 1))
 
     def _pick_fused(self, device) -> str | None:
         """Which of torch's fused Adam kernels to use; None keeps the update above (~11 elementwise passes).
@@ -191,6 +220,7 @@ class GroupOptimizer:
         self.state = {k: None if v is None else v.index_select(0, idx) for k, v in self.state.items()}
         self.scratch = torch.empty_like(param)
         self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
+        self._muon_scale()
         if self.noise is not None:
             self.noise.select(idx.tolist())
         if self.filter is not None:

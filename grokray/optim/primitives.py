@@ -52,3 +52,19 @@ def normalize_(grad, out, eps: float = 1e-12) -> torch.Tensor:
 def langevin_kick_(param, lr, temperature, noise) -> None:
     """param += sqrt(2 lr T) * xi: the Langevin step's thermal noise (`noise` is standard normal)."""
     param.add_(noise.mul_((2 * lr * temperature).sqrt()))
+
+
+NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)  # Muon's quintic iteration (Jordan et al.): steep at zero, 5 steps
+
+
+def newton_schulz(m: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+    """Muon's orthogonalisation of each member's matrix, [K, r, c] -> about U V^T (singular values near 1, not
+    exactly), computed on the shorter side."""
+    a, b, c = NEWTON_SCHULZ
+    tall = m.shape[1] > m.shape[2]
+    x = m.transpose(1, 2) if tall else m
+    x = x / torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True).clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.transpose(1, 2)
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.transpose(1, 2) if tall else x

@@ -16,6 +16,8 @@ search:
   asha: {grace: 500, reduction_factor: 3}    # optional: prune trials whose val/acc lags at checkpoints
   storage: null                              # journal file path or RDB URL (default: <results>/<study>.journal)
   study: null                                # study name (default: the spec's name)
+  enqueue:                                   # optional: settings the study tries first, in order (a paper's
+    - {optim.decoder.lr: 1.0e-3}             # published one), each inside the space; unnamed fields are sampled
 ```
 Every searched field is checked against the spec (a sample point is applied and parsed) before anything starts.
 With several `seeds:` a trial trains its configuration at every seed and scores what a majority of them reached
@@ -35,7 +37,7 @@ from ..spec import TRIAL_KEYS, Spec
 OBJECTIVES = ("time_to_generalize", "grokking_gap")
 SAMPLERS = ("tpe", "random")
 SEARCH_KEYS = ("space", "n_trials", "max_concurrent", "seed", "objective", "penalty", "sampler", "asha", "storage",
-               "study")
+               "study", "enqueue")
 DIST_KINDS = ("float", "int", "categorical")
 
 
@@ -94,6 +96,7 @@ class SearchConfig:
     asha: AshaConfig | None = None
     storage: str | None = None
     study: str = ""
+    enqueue: list[dict] = field(default_factory=list)  # searched values the study tries first, in order
 
     @property
     def multi(self) -> bool:
@@ -211,7 +214,8 @@ def parse_search(spec: Spec) -> SearchConfig:
                                                     "one budget and threshold")
 
     cfg = SearchConfig(space=space, n_trials=n_trials, max_concurrent=max_concurrent, seed=seed,
-                       objective=objective, penalty=penalty, sampler=sampler, asha=asha, storage=storage, study=study)
+                       objective=objective, penalty=penalty, sampler=sampler, asha=asha, storage=storage, study=study,
+                       enqueue=_enqueued(spec, raw.get("enqueue"), space))
     for key, dist in space.items():  # each searched field must be a real field; every end/choice must parse
         for value in dist.sample_points():
             try:
@@ -219,6 +223,38 @@ def parse_search(spec: Spec) -> SearchConfig:
             except SpecError as exc:
                 raise SpecError(f"search.space.{key}", str(exc)) from None
     return cfg
+
+
+def _enqueued(spec: Spec, raw, space: dict[str, Dist]) -> list[dict]:
+    """search.enqueue: a list of {searched field: value}, each value inside its distribution and parsing."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise SpecError("search.enqueue", f"expected a list of {{field: value}} mappings, got {raw!r}")
+    out = []
+    for i, entry in enumerate(raw):
+        path = f"search.enqueue[{i}]"
+        if not isinstance(entry, dict) or not entry:
+            raise SpecError(path, f"expected a mapping of searched fields to values, got {entry!r}")
+        values = {}
+        for key, value in _flatten_space(entry).items():
+            if key not in space:
+                raise unknown_key_error(path, key, space)
+            dist = space[key]
+            if dist.kind == "categorical":
+                if value not in dist.choices:
+                    raise SpecError(f"{path}.{key}", f"got {value!r}; allowed: {dist.describe()}")
+            else:
+                value = coerce(float if dist.kind == "float" else int, value, f"{path}.{key}")
+                if not dist.low <= value <= dist.high:
+                    raise SpecError(f"{path}.{key}", f"got {value:g}; outside the space, {dist.describe()}")
+            values[key] = value
+        try:
+            trial_config(spec, values)
+        except SpecError as exc:
+            raise SpecError(path, str(exc)) from None
+        out.append(values)
+    return out
 
 
 def start_point(spec: Spec) -> dict:

@@ -82,8 +82,9 @@ def study_fingerprint(spec: Spec, cfg: SearchConfig) -> dict:
     """What a resumed study must agree on: the start configuration, the space and the objectives."""
     space = {k: [d.kind, d.low, d.high, d.log, list(d.choices)] for k, d in cfg.space.items()}
     seeds = {"seeds": list(spec.seeds)} if len(spec.seeds) > 1 else {}  # a one-seed study's fingerprint is as before
+    enqueued = {"enqueue": cfg.enqueue} if cfg.enqueue else {}  # likewise a study that enqueues nothing
     return {"start_key": trial_config(spec, {}).key(), "space": space, "objective": cfg.objective,
-            "penalty": cfg.penalty, **seeds}
+            "penalty": cfg.penalty, **seeds, **enqueued}
 
 
 def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> tuple[int, int]:
@@ -161,6 +162,8 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
         study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
         study.set_user_attr(OBJECTIVE_ATTR, cfg.objective)
         study.set_user_attr(SPEC_HASH_ATTR, spec.hash())
+        for values in cfg.enqueue:  # asked first, in order: a paper's published setting is trial 0 of its method
+            study.enqueue_trial(values, user_attrs={"enqueued": True})
         return study
     study = optuna.load_study(study_name=cfg.study, storage=storage)
     stored = study.user_attrs.get(FINGERPRINT_ATTR)

@@ -13,6 +13,9 @@ the same pack with the optimizer written as ~11 elementwise passes over [K, P] (
 --compile the same with train.compile=true. --rqi adds the toy without its RQI curve (Liu's representation
 quality index, measured at the record steps), to show what that curve costs.
 
+--methods (issue 37) measures instead each de-grokking method (Grokfast EMA and MA, ⊥Grad, the held weight norm,
+StableMax, Muon) against plain AdamW at each K, alternately in the same run.
+
 --device cuda (issue 29) runs the same on the GPU, K = 1, 32, 256, 1024, 4096 by default, with the fp32 matmul peak
 measured there and the pack's peak GPU memory per K; a K that does not fit is reported as out of memory, not
 skipped, since what limits the largest K is one of the things measured.
@@ -101,6 +104,35 @@ def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
     return 3.0 * per_point * trainer.batch_size
 
 
+# The de-grokking methods (issue 37), each as the overrides that switch it on in every group.
+METHODS = {
+    "adamw (reference)": [],
+    "grokfast ema": ["optim.default.grad_filter=ema"],
+    "grokfast ma (window 100)": ["optim.default.grad_filter=ma", "optim.default.filter_window=100"],
+    "orthogonal (⊥Grad)": ["optim.default.orthogonal=true"],
+    "weight norm held": ["train.weight_norm=initial"],
+    "stablemax": ["train.softmax=stablemax"],
+    "muon": ["optim.default.name=muon", "optim.default.momentum=0.95"],
+}
+
+
+def methods_table(names: list[str], ks: list[int], seconds: float, device: str) -> None:
+    """Each method's model-steps/s beside plain AdamW's, measured alternately at each K (same run, same device)."""
+    print("| model | method | K | model-steps/s | cost per step vs AdamW |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        raw, overrides = MODELS_TO_BENCH[name]
+        for k in ks:
+            best: dict[str, float] = {}
+            for _ in range(2):  # two alternating rounds, the better of each: a neighbour's burst hits one only
+                for method, extra in METHODS.items():
+                    rate, _ = pack_rate(raw, [*overrides, *extra], k, seconds, "eager", device)
+                    best[method] = max(rate, best.get(method, 0.0))
+            reference = best["adamw (reference)"]
+            for method, rate in best.items():
+                print(f"| {name} | {method} | {k} | {rate:,.0f} | {reference / rate:.2f}x |", flush=True)
+
+
 def pack_rate(raw, overrides, k: int, seconds: float, variant: str, device: str = "cpu") -> tuple[float, PackTrainer]:
     if variant == "no-rqi":  # the toy without embeddings to measure: no rqi curve, everything else the same
         from grokray.models.toy import ToyModel
@@ -172,6 +204,8 @@ def main():
     parser.add_argument("--models", default=",".join(MODELS_TO_BENCH))
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--ks", help="pack sizes (default: 1,8,32,128 on a CPU, 1,32,256,1024,4096 on a GPU)")
+    parser.add_argument("--methods", action="store_true",
+                        help="instead: each de-grokking method's step cost against plain AdamW (issue 37)")
     args = parser.parse_args()
     gpu = args.device.startswith("cuda")
     ks = [int(v) for v in (args.ks or ("1,32,256,1024,4096" if gpu else "1,8,32,128")).split(",")]
@@ -182,6 +216,8 @@ def main():
     where = torch.cuda.get_device_name(args.device) if gpu else cpu
     print(f"# {time.strftime('%Y-%m-%d')} {where}, torch {torch.__version__}; fp32 matmul peak (same run, same "
           f"device): {peak:.1f} GFLOP/s")
+    if args.methods:
+        return methods_table(args.models.split(","), ks, seconds, args.device)
     memory = " peak GPU MiB |" if gpu else ""
     print(f"| model | optimizer | K | model-steps/s | x unpacked (K=1) | matmul GFLOP/s | % of matmul peak |{memory}")
     print("|---|---|---|---|---|---|---|" + "---|" * gpu)

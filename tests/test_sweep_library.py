@@ -61,4 +61,13 @@ def test_atlas_smoke_runs_every_figure_and_writes_its_page(local_ray, tmp_path):
         assert summary["counts"] == counts and summary["configurations"] == len(children)
         assert r.estimate_s > 0 and r.measured_s > 0
         assert (tmp_path / "atlas" / "img" / f"{r.figure.stem}.png").exists() or r.figure.pieces[0].search
-    assert len(list((tmp_path / "atlas").glob("*.md"))) == len(SPECS) + 1  # the pages and the index
+    compared = [r for r in results if r.figure.config.compare is not None]
+    pages = {r.figure.config.compare.page for r in compared}
+    assert len(list((tmp_path / "atlas").glob("*.md"))) == len(SPECS) + len(pages) + 1  # pages, compare pages, index
+    for page in pages:  # atlas.compare: one row per method, trial 0 its enqueued (published) setting
+        members = [r for r in compared if r.figure.config.compare.page == page]
+        methods = json.loads((tmp_path / "atlas" / f"{page}-smoke.json").read_text())["methods"]
+        assert [m["label"] for m in methods] == [r.figure.config.compare.label for r in members]
+        assert all(m["trials"] == int(r.figure.pieces[0].spec.raw["search"]["n_trials"])
+                   for m, r in zip(methods, members, strict=True))
+        assert (tmp_path / "atlas" / "img" / f"{page}-smoke-curves.png").exists()

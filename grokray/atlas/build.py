@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import SpecError
 from ..search.config import parse_search
+from .methods import write_methods_page
 from .page import PieceTiming, page_is_current, refresh_kept_page, write_index, write_page
 from .plan import Figure, plan_atlas
 from .runner import ESTIMATE_METRIC, UPPER_METRIC, PieceRecord, estimate_piece, run_figure
@@ -90,5 +91,21 @@ def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracki
             result = FigureResult(figure, [], [], None, f"{type(exc).__name__}: {exc}")
             log(f"[atlas] {figure.stem}: FAILED ({result.error}); run the atlas again to resume it")
         results.append(result)
+    write_compare_pages(results, out_dir, tracking_uri, log)
     write_index(out_dir)
     return results
+
+
+def write_compare_pages(results: list[FigureResult], out_dir, tracking_uri: str, log=print) -> None:
+    """The figures that name one atlas.compare page, drawn side by side once all of them have theirs."""
+    groups: dict[str, list[FigureResult]] = {}
+    for r in results:
+        if r.figure.config.compare is not None and r.figure.pieces[0].search:
+            groups.setdefault(r.figure.config.compare.page, []).append(r)
+    for name, members in groups.items():
+        missing = [r.figure.stem for r in members if r.page is None or not r.records]
+        if missing:
+            log(f"[atlas] {name}: not drawn, {', '.join(missing)} not complete")
+            continue
+        page = write_methods_page(name, members, out_dir, tracking_uri)
+        log(f"[atlas] {name}: {len(members)} methods side by side -> {page}")

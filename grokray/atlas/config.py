@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..config import check_block
+from ..config import check_block, coerce
 from ..errors import SpecError
 from ..phases import PHASES
 
 VIEWS = ("diagram", "fraction")
-BLOCK_KEYS = ("axes", "view", "pieces", "regions")
+BLOCK_KEYS = ("axes", "view", "pieces", "regions", "compare")
+COMPARE_KEYS = ("page", "label", "published")
 PIECE_KEYS = ("name", "take", "set")
 
 
@@ -50,12 +51,38 @@ class Region:
         return True
 
 
+@dataclass(frozen=True)
+class Compare:
+    """A search figure drawn beside others on one page (atlas.methods): the page's name, this figure's row label and
+    the paper's figure for it (steps to the threshold, and where that number comes from)."""
+
+    page: str
+    label: str
+    published_steps: int | None = None
+    source: str = ""
+
+
+def _compare(raw) -> Compare | None:
+    if raw is None:
+        return None
+    check_block(raw, "atlas.compare", COMPARE_KEYS)
+    for key in ("page", "label"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise SpecError(f"atlas.compare.{key}", f"expected a name, got {raw.get(key)!r}")
+    published = raw.get("published") or {}
+    check_block(published, "atlas.compare.published", ("steps", "source"))
+    steps = published.get("steps")
+    steps = None if steps is None else coerce(int, steps, "atlas.compare.published.steps", {"ge": 1})
+    return Compare(raw["page"], raw["label"], steps, str(published.get("source", "")))
+
+
 @dataclass
 class AtlasConfig:
     axes: tuple[str, str] | None = None
     view: str = "diagram"
     pieces: dict[str, list[Piece]] = field(default_factory=dict)  # scale -> pieces (absent: one whole run)
     regions: list[Region] = field(default_factory=list)
+    compare: Compare | None = None
 
     def pieces_for(self, scale: str) -> list[Piece]:
         return self.pieces.get(scale) or [Piece("all")]
@@ -130,4 +157,4 @@ def parse_atlas(raw, scales=("smoke", "reduced", "paper")) -> AtlasConfig:
                 lo, hi = _pair(span, f"{where}.{axis}")
                 bounds[axis] = (_bound(lo, f"{where}.{axis}[0]"), _bound(hi, f"{where}.{axis}[1]"))
         regions.append(Region(item["phase"], bounds))
-    return AtlasConfig(tuple(axes) if axes else None, view, pieces, regions)
+    return AtlasConfig(tuple(axes) if axes else None, view, pieces, regions, _compare(raw.get("compare")))

@@ -1,0 +1,154 @@
+"""A page that sets several search figures side by side: one row per method (atlas.compare), so that methods
+searched under the same task, budget, trials, seeds and ASHA schedule can be read against each other and against
+the figures their papers published.
+
+Each row comes from its figure's search: trial 0 is the setting the spec enqueued (the paper's), the best is the
+fastest trial by the seed vote that generalized. The figure draws the val-accuracy curves of every method's best.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from ..search.config import parse_search  # noqa: E402
+from .markdown import md_table, minutes  # noqa: E402
+
+
+def trials_of(client: MlflowClient, parent_run_id: str) -> list[dict]:
+    """The search's trials.csv (one row per trial, its values, params and seed vote) from its parent run."""
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            path = Path(client.download_artifacts(parent_run_id, "search/trials.csv", d))
+        except Exception:  # noqa: BLE001 - a search that ended before any trial completed logs no trials.csv
+            return []
+        with path.open() as f:
+            return list(csv.DictReader(f))
+
+
+def method_row(result, client: MlflowClient) -> dict:
+    """One method's figures: its published steps, trial 0 (the enqueued setting) and the best trial."""
+    figure = result.figure
+    cfg = parse_search(figure.pieces[0].spec)
+    objective = f"value.{cfg.objective[0]}"
+    trials = [t for t in trials_of(client, result.records[0].parent_run_id) if t.get("state") == "COMPLETE"]
+    done = [t for t in trials if t.get(objective) not in (None, "")]
+    scored = sorted((t for t in done if float(t[objective]) < cfg.penalty), key=lambda t: float(t[objective]))
+    first = next((t for t in done if t["number"] == "0"), None)
+    best = scored[0] if scored else None
+    compare = figure.config.compare
+    return {"label": compare.label, "baseline": compare.label.lower().startswith("adamw"),
+            "published_steps": compare.published_steps, "source": compare.source,
+            "enqueued": first, "best": best, "objective": objective, "trials": len(done),
+            "searched": list(cfg.space), "penalty": cfg.penalty, "wall_s": result.measured_s,
+            "budget": figure.pieces[0].spec.first_trial().phases.budget, "figure": figure.stem}
+
+
+def _steps(trial: dict | None, objective: str, penalty: float, budget: int) -> str:
+    if trial is None:
+        return "-"
+    votes = (f" ({trial['seeds_generalized']}/{trial['seeds_voting']} seeds)"
+             if trial.get("seeds_voting") not in (None, "") else "")
+    value = float(trial[objective])
+    return (f"{value:,.0f}" if value < penalty else f"not within {budget:,}") + votes
+
+
+def _setting(trial: dict | None, searched: list[str]) -> str:
+    if trial is None:
+        return "-"
+    return ", ".join(f"{k.split('.')[-1]} {float(trial[k]):.3g}" for k in searched if trial.get(k) not in (None, ""))
+
+
+def curves_figure(rows: list[dict], client: MlflowClient, path: Path, threshold: float) -> None:
+    """val/acc of every seed of each method's best trial (dashed: trial 0, where none generalized), one colour per
+    method."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, row in enumerate(rows):
+        trial, style = (row["best"], "-") if row["best"] is not None else (row["enqueued"], "--")
+        if trial is None:
+            continue
+        label = row["label"] + ("" if style == "-" else " (trial 0; none generalized)")
+        for j, run_id in enumerate(r for r in trial.get("mlflow_run_id", "").split(",") if r):
+            history = sorted(client.get_metric_history(run_id, "val/acc"), key=lambda m: m.step)
+            ax.plot([max(m.step, 1) for m in history], [m.value for m in history], color=colours[i % len(colours)],
+                    lw=1.2, ls=style, alpha=0.85, label=label if j == 0 else None)
+    ax.axhline(threshold, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("val accuracy")
+    ax.set_title("each method's best trial, every seed")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_uri: str) -> Path:
+    """<out>/<name>-<scale>.md (+ its json and curves figure) from the figures that name this page."""
+    out = Path(out_dir)
+    (out / "img").mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri)
+    rows = [method_row(r, client) for r in results]
+    scale = results[0].figure.scale
+    stem = f"{name}-{scale}"
+    objective, penalty, budget = rows[0]["objective"], rows[0]["penalty"], rows[0]["budget"]
+    threshold = results[0].figure.pieces[0].spec.first_trial().phases.threshold
+    table = pd.DataFrame([{
+        "method": r["label"],
+        "published": f"{r['published_steps']:,}" if r["published_steps"] else "-",
+        "at the published setting (trial 0)": _steps(r["enqueued"], objective, penalty, budget),
+        "best found": _steps(r["best"], objective, penalty, budget),
+        "its setting": _setting(r["best"], r["searched"]),
+        "trials": r["trials"], "wall": minutes(r["wall_s"]), "page": f"[{r['figure']}]({r['figure']}.md)"}
+        for r in rows])
+    curves_figure(rows, client, out / "img" / f"{stem}-curves.png", threshold)
+    fastest = min((r for r in rows if r["best"]), key=lambda r: float(r["best"][objective]), default=None)
+    baseline = next((r for r in rows if r["baseline"]), None)
+    lines = [f"# {name}: the methods side by side ({scale} scale)", "",
+             f"Every method searched the same task with the same budget ({budget:,} steps), trials, seeds and ASHA "
+             f"schedule; a trial scores the step its seeds' majority reached val accuracy {threshold:g} "
+             f"(`{objective.split('.', 1)[1]}`). Trial 0 is the paper's setting, enqueued.", "",
+             "```bash", *[f"grokray atlas --scale {scale} {r.figure.path.as_posix()}" for r in results], "```", "",
+             md_table(table), "", "Sources of the published figures:", "",
+             *[f"- {r['label']}: {r['source']}" for r in rows if r["source"]], "",
+             f"![val accuracy of each method's best trial](img/{stem}-curves.png)", ""]
+    if fastest is not None:
+        steps = float(fastest["best"][objective])
+        lines += [f"Fastest: **{fastest['label']}**, {steps:,.0f} steps by the majority of its seeds."]
+        if baseline is not None and baseline["best"] is not None:
+            base = float(baseline["best"][objective])
+            lines += [f"Tuned {baseline['label']}: {base:,.0f} steps; each method's best against it: "
+                      + ", ".join(f"{r['label']} {base / float(r['best'][objective]):.2f}x" for r in rows
+                                  if r["best"] and r is not baseline) + "."]
+        published = [r["published_steps"] for r in rows if r["published_steps"]]
+        if published:
+            goal = min(published)
+            verdict = "reached" if steps <= goal else "not reached"
+            lines += [f"The fastest published figure, {goal:,} steps, was {verdict} here"
+                      + (" (the published figures are at the paper's scale)." if scale != "paper" else ".")]
+    else:
+        lines += ["No method's trial generalized within the budget."]
+    note = out / "notes" / f"{stem}.md"
+    lines += ["", "## Discussion", "", note.read_text().strip() if note.exists() else "(no notes yet)"]
+    page = out / f"{stem}.md"
+    page.write_text("\n".join(lines).rstrip() + "\n")
+    (out / f"{stem}.json").write_text(json.dumps({
+        "page": stem, "methods": [{"label": r["label"], "published_steps": r["published_steps"],
+                                   "enqueued": _value(r["enqueued"], objective), "best": _value(r["best"], objective),
+                                   "best_trial": int(r["best"]["number"]) if r["best"] else None,
+                                   "trials": r["trials"], "figure": r["figure"]} for r in rows]}, indent=1) + "\n")
+    return page
+
+
+def _value(trial: dict | None, objective: str) -> float | None:
+    return None if trial is None else float(trial[objective])

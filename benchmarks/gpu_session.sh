@@ -7,7 +7,8 @@
 #      Ray Tune, MLflow on SQLite) at 0.25 GPU a pack, compared run by run and cell by cell with the committed CPU page
 #   4. Fig. 6b at the paper budget (121 cells x seeds 0-3, 1e5 steps), the same way, with the GPU's utilisation and
 #      memory sampled; then, if time is left, seeds 0-7 so that every cell has 7 voting seeds
-#   5. everything packed into $OUT: session.txt (the summary), session.tgz (logs, pages, data CSVs, MLflow stores)
+#   5. if time is left, the Grokfast benchmark's published settings, one per method (sweeps/grokfast_*.yaml)
+#   6. everything packed into $OUT: session.txt (the summary), session.tgz (logs, pages, data CSVs, MLflow stores)
 # Each step has its own time limit and the whole script a deadline, so a step that hangs leaves the others' figures.
 #
 #   device:           bash benchmarks/gpu_session.sh
@@ -128,4 +129,16 @@ if [ "$(left)" -gt 150 ]; then
 else
   say "fig6b seeds 0-7: skipped, $(left) s left"
 fi
-# The de-grokking benchmark's paper-scale search (issue 37) joins here once its specs exist.
+# The de-grokking benchmark at the paper's scale (issue 37), as far as the time left allows: each method's
+# published setting alone (its enqueued trial 0, seeds 0-2), every method in one atlas call, so the methods page is
+# drawn when all of them finish. The full searches (24 trials each) are longer than a device call.
+if [ "$(left)" -gt 90 ]; then
+  BUDGET=$([ "$DEVICE" = cuda ] && echo 20000 || echo 100)
+  step grokfast-published $(( $(left) - 15 )) "$PY" -m grokray atlas --scale "$SCALE_6B" sweeps/grokfast_*.yaml \
+    -o "$W/atlas-grokfast" --tracking-uri "sqlite:///$W/grokfast.db" --storage "$RESULTS" --progress always \
+    -s "resources.gpu=$GPU" -s search.n_trials=1 -s search.max_concurrent=1 -s "train.steps=$BUDGET" \
+    -s "phases.budget=$BUDGET"
+  sed -n '/^| method/,/^$/p' "$W/atlas-grokfast/grokfast-methods-$SCALE_6B.md" 2>/dev/null >> "$SUMMARY"
+else
+  say "grokfast published settings: skipped, $(left) s left"
+fi

@@ -40,15 +40,15 @@ def method_row(result, client: MlflowClient) -> dict:
     figure = result.figure
     cfg = parse_search(figure.pieces[0].spec)
     objective = f"value.{cfg.objective[0]}"
-    trials = [t for t in trials_of(client, result.records[0].parent_run_id) if t.get("state") == "COMPLETE"]
-    done = [t for t in trials if t.get(objective) not in (None, "")]
+    trials = trials_of(client, result.records[0].parent_run_id)  # pruned by ASHA too: they count as tried
+    done = [t for t in trials if t.get("state") == "COMPLETE" and t.get(objective) not in (None, "")]
     scored = sorted((t for t in done if float(t[objective]) < cfg.penalty), key=lambda t: float(t[objective]))
     first = next((t for t in done if t["number"] == "0"), None)
     best = scored[0] if scored else None
     compare = figure.config.compare
     return {"label": compare.label, "baseline": compare.label.lower().startswith("adamw"),
             "published_steps": compare.published_steps, "source": compare.source,
-            "enqueued": first, "best": best, "objective": objective, "trials": len(done),
+            "enqueued": first, "best": best, "objective": objective, "trials": len(trials),
             "searched": list(cfg.space), "penalty": cfg.penalty, "wall_s": result.measured_s,
             "budget": figure.pieces[0].spec.first_trial().phases.budget, "figure": figure.stem}
 
@@ -142,11 +142,17 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
     lines += ["", "## Discussion", "", note.read_text().strip() if note.exists() else "(no notes yet)"]
     page = out / f"{stem}.md"
     page.write_text("\n".join(lines).rstrip() + "\n")
+    counts: dict[str, int] = {}  # the index's row: every method's runs together
+    for result in results:
+        for phase, n in json.loads((out / f"{result.figure.stem}.json").read_text())["counts"].items():
+            counts[phase] = counts.get(phase, 0) + n
+    methods = [{"label": r["label"], "published_steps": r["published_steps"], "figure": r["figure"],
+                "enqueued": _value(r["enqueued"], objective), "best": _value(r["best"], objective),
+                "best_trial": int(r["best"]["number"]) if r["best"] else None, "trials": r["trials"]} for r in rows]
     (out / f"{stem}.json").write_text(json.dumps({
-        "page": stem, "methods": [{"label": r["label"], "published_steps": r["published_steps"],
-                                   "enqueued": _value(r["enqueued"], objective), "best": _value(r["best"], objective),
-                                   "best_trial": int(r["best"]["number"]) if r["best"] else None,
-                                   "trials": r["trials"], "figure": r["figure"]} for r in rows]}, indent=1) + "\n")
+        "figure": stem, "scale": scale, "configurations": sum(counts.values()), "counts": counts,
+        "estimate_s": round(sum(r.estimate_s for r in results), 1),
+        "measured_s": round(sum(r.measured_s for r in results), 1), "methods": methods}, indent=1) + "\n")
     return page
 
 

@@ -97,7 +97,8 @@ class GroupOptimizer:
         # (`segments` of the flat group; the whole group as one when not given), then Grokfast's filter.
         self.segments = segments or [(0, param.shape[1], (param.shape[1],))]
         # Muon: the group's matrices (each member's tensor of 2 dimensions) take the orthogonalised momentum.
-        self.matrices = [(a, b, shape) for a, b, shape in self.segments if len(shape) == 2 and min(shape) > 1]
+        self.matrices = [(a, b, shape) for a, b, shape in self.segments
+                         if self.kind == "muon" and len(shape) == 2 and min(shape) > 1]
         self.orthogonal = any(c.orthogonal for c in configs)
         kind = configs[0].grad_filter
         self.filter = None if kind == "none" else GradFilter(kind, grad, configs[0].filter_window)

@@ -72,7 +72,8 @@ def test_the_norm_constraint_rescales_moving_members_to_their_targets():
     target = torch.tensor([10.0, math.nan, 1.0], dtype=torch.float64)
     moving = torch.tensor([True, True, False])
     before = [f.clone() for f in flats]
-    hold_weight_norm_(flats, target, moving)
+    norm = torch.linalg.vector_norm(torch.cat(flats, 1), dim=1)
+    hold_weight_norm_(flats, norm, target, moving)
     norm0 = math.sqrt(sum(float((f[0] ** 2).sum()) for f in flats))
     assert norm0 == pytest.approx(10.0)
     assert torch.allclose(flats[0][0], before[0][0] * 2) and torch.allclose(flats[1][0], before[1][0] * 2)

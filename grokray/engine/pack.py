@@ -259,7 +259,8 @@ class PackTrainer:
         for opt in self.optimizers.values():
             opt.step(t, member)
         if self.holds_norm:
-            hold_weight_norm_(list(self.model.flat.values()), self.norm_target, member.view(-1))
+            hold_weight_norm_(list(self.model.flat.values()), self.model.weight_norm(), self.norm_target,
+                              member.view(-1))
         self.step = t + 1
 
     def final_eval(self):

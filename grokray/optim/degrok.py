@@ -25,19 +25,17 @@ class GradFilter:
     def __init__(self, kind: str, grad: torch.Tensor, window: int):
         self.kind, self.window = kind, window
         self.seen = 0  # gradients filtered so far (every member steps together)
-        if kind == "ema":
-            self.slow = torch.zeros_like(grad)
-        else:  # the last `window` gradients of each member, a ring, and their running sum
+        self.slow = torch.zeros_like(grad)  # ema: the average; ma: the running sum of the ring
+        if kind == "ma":  # the last `window` gradients of each member
             self.ring = torch.zeros((grad.shape[0], window, grad.shape[1]), dtype=grad.dtype, device=grad.device)
-            self.slow = torch.zeros_like(grad)
 
     def apply_(self, grad: torch.Tensor, alpha: torch.Tensor, lam: torch.Tensor) -> None:
         if self.kind == "ema":
             if self.seen == 0:
                 self.slow.copy_(grad)
             else:
-                self.slow.mul_(alpha).add_(grad * (1 - alpha))
-            grad.add_(self.slow * lam)
+                self.slow.lerp_(grad, 1 - alpha)  # alpha * slow + (1 - alpha) * g, in place
+            grad.addcmul_(self.slow, lam)
         else:
             slot = self.seen % self.window
             if self.seen >= self.window and slot == 0:  # re-add the sum once a window: no drift from subtracting
@@ -45,7 +43,7 @@ class GradFilter:
             self.slow.sub_(self.ring[:, slot]).add_(grad)
             self.ring[:, slot] = grad
             if self.seen + 1 >= self.window:
-                grad.add_(self.slow * (lam / self.window))
+                grad.addcmul_(self.slow, lam / self.window)
         self.seen += 1
 
     def select(self, idx: torch.Tensor) -> None:
@@ -77,10 +75,10 @@ def orthogonalize_(param: torch.Tensor, grad: torch.Tensor, segments: list[tuple
         g.add_((ortho - g) * on)
 
 
-def hold_weight_norm_(flats: list[torch.Tensor], target: torch.Tensor, moving: torch.Tensor) -> None:
-    """Rescale each member's weights, over all its groups, to the total norm `target` [K] (NaN: no constraint),
-    where `moving` [K] says it may change (a stopped member keeps its weights to the bit)."""
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(f, dim=1) for f in flats]), dim=0)
+def hold_weight_norm_(flats: list[torch.Tensor], norm: torch.Tensor, target: torch.Tensor,
+                      moving: torch.Tensor) -> None:
+    """Rescale each member's weights, over all its groups, from their total norm `norm` [K] to `target` [K] (NaN: no
+    constraint), where `moving` [K] says it may change (a stopped member keeps its weights to the bit)."""
     held = moving & ~torch.isnan(target)
     scale = torch.where(held, target / (norm + TINY), torch.ones_like(norm)).to(flats[0].dtype).view(-1, 1)
     for f in flats:

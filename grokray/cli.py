@@ -8,6 +8,7 @@ import sys
 from .errors import SpecError
 from .run.options import LaunchOptions
 from .run.signals import sigterm_as_ctrl_c
+from .supervisor import supervise, wanted, watch_supervisor
 from .terminal import EXAMPLES, package_version
 
 
@@ -124,24 +125,9 @@ def _run(args) -> int:
 
 
 def _replay(args) -> int:
-    from pathlib import Path
+    from .run.replay import replay
 
-    from mlflow.tracking import MlflowClient
-
-    from .tracking.client import resolve_tracking_uri
-    from .tracking.delivery import pending_points, replay_dir, spool_files
-
-    if not spool_files(args.dir):
-        raise SpecError("dir", f"no spool files (*.jsonl) in {str(Path(args.dir))!r}; nothing to replay")
-    uri = resolve_tracking_uri(args.tracking_uri)
-    batches, points = pending_points(args.dir)
-    sent, sent_points, left = replay_dir(args.dir, MlflowClient(uri), deadline_s=args.wait)
-    print(f"replayed {sent} of {batches} batches ({sent_points} of {points} metric points) to {uri}")
-    if left:
-        print(f"grokray: {left} batches still undelivered in {args.dir}; is {uri} up? run this again",
-              file=sys.stderr)
-        return 3
-    return 0
+    return replay(args.dir, args.tracking_uri, args.wait)
 
 
 def _search(args) -> int:
@@ -382,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if wanted(args):  # a launch with a private local Ray: its driver runs in a session of its own
+        return supervise(sys.argv[1:] if argv is None else list(argv))
+    watch_supervisor()
     sigterm_as_ctrl_c()
     try:
         return args.func(args)

@@ -250,6 +250,10 @@ class Spec:
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        specs = sorted(p.name for p in path.glob("*.yaml"))
+        listed = f"; its specs: {', '.join(specs[:8])}{', ...' if len(specs) > 8 else ''}" if specs else ""
+        raise SpecError("spec", f"{str(path)!r} is a directory; give one spec file (a .yaml){listed}")
     if not path.is_file():
         raise SpecError("spec", f"file {str(path)!r} does not exist")
     text = path.read_text()

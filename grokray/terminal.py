@@ -117,7 +117,8 @@ def launch_end(summary, spec_name: str) -> tuple[list[str], list[str]]:
         err += [f"  {reason}" for reason in sorted(set(summary.trial_errors.values()))[:5]]
     elif summary.interrupted:
         err.append(f"{summary.kind} launch stopped before the end; continue it with --resume")
-    out = [f"MLflow: experiment {spec_name!r}, parent run {summary.parent_run_id}",
+    parent = summary.parent_run_id or "not made yet (the server never answered): `grokray replay` makes it"
+    out = [f"MLflow: experiment {spec_name!r}, parent run {parent}",
            f"look at it: {ui_command(summary.tracking_uri)}"]
     if summary.undelivered_points or summary.undelivered_batches:
         err.append(f"grokray: MLflow at {summary.tracking_uri} did not take {summary.undelivered_points} metric "

@@ -1,5 +1,7 @@
 """Strict numerics for every test: deterministic kernels, one thread (CI has 2 cores and runs Ray beside us)."""
 
+import os
+
 import pytest
 import torch
 
@@ -29,11 +31,11 @@ def open_parent(uri: str, spec, plan, spool_dir, kind: str = "grid"):
     from grokray.tracking.pack_runs import RunTarget
     from grokray.tracking.parent import ParentRun
 
-    parent = ParentRun(uri, spec.name)
+    parent = ParentRun(uri, spec.name, str(spool_dir))
     parent.open(kind, spec.hash(), f"{spec.name} {kind}", plan.swept, sorted(spec.log_axes),
                 yaml.safe_dump(spec.raw))
     target = RunTarget(uri, parent.experiment_id, parent.run_id, spec.hash(), "test", tuple(plan.swept),
-                       tuple(sorted(spec.log_axes)), spool_dir=str(spool_dir))
+                       tuple(sorted(spec.log_axes)), spool_dir=parent.spool_dir)
     return parent, target
 
 
@@ -66,3 +68,7 @@ def assert_schedule_and_crossings(steps: list[int], schedule, run) -> None:
     crossings = {int(v) for k, v in run.data.metrics.items() if k.startswith(("step_train_acc_", "step_val_acc_"))}
     extra = sorted(set(steps) - set(schedule) - crossings)
     assert not extra, f"steps neither scheduled nor a crossing: {extra[:5]}"
+
+# The CLI's supervisor (grokray/supervisor.py) runs a launch's driver in a child process; tests that call `main`
+# in-process read its output and summary there. The tests of the supervisor itself take this out of their env.
+os.environ.setdefault("GROKRAY_SUPERVISE", "0")

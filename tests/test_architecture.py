@@ -20,7 +20,8 @@ RANKS = {
     "grokray.engine": 6,
     "grokray.tracking": 2,  # the ground floor of the driver side: only errors and config below it
     "grokray.plan": 7, "grokray.search": 8, "analysis": 8, "grokray.run": 9, "grokray.atlas": 10,
-    "grokray.terminal": 10, "grokray.ui": 10, "grokray.cli": 11, "grokray": 11, "grokray.__main__": 12,
+    "grokray.terminal": 10, "grokray.ui": 10, "grokray.supervisor": 10, "grokray.cli": 11, "grokray": 11,
+    "grokray.__main__": 12,
 }
 CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.config", "grokray.registry",
         "grokray.overrides", "grokray.phases",
@@ -30,6 +31,7 @@ PURE = (*CORE, "grokray.plan", "grokray.tracking.schema")  # no Ray, MLflow or O
 LAZY_ALLOWED = {
     "grokray.cli": "each command imports only what it runs: `grokray train` never loads Ray or MLflow, and "
                    "`--help` answers at once",
+    "grokray.run.replay": "Ray and Optuna load only for a search's spool, which links its trials after the replay",
     "grokray.run.report": "the closing figures load matplotlib when a launch ends, not before its first trial",
 }
 

@@ -202,7 +202,7 @@ def test_params_and_tags_hold_no_environment_values_or_credentials(tmp_path, mon
     tracker.open("node")
     tracker.finish(trainer.results(), [0.9] * trainer.K, trainer.stopped_wall)
     tracker.close()
-    sweep.close("FINISHED", ctx.spool_dir, 0)
+    sweep.close("FINISHED", 0)
     client = MlflowClient(uri)
     runs = client.search_runs([sweep.experiment_id], max_results=100)
     assert len(runs) == 1 + trainer.K

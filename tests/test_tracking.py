@@ -73,7 +73,7 @@ def test_retried_pack_reuses_runs_without_duplicate_or_missing_steps(pack_setup)
         data = client.get_run(run.run_id).data
         assert data.tags["grokray.phase"] == result.phase and data.tags["grokray.node"] == "node-b"
         assert data.metrics["steps_run"] == result.steps_run
-    counts = sweep.close("FINISHED", ctx.spool_dir, 0).phase_counts
+    counts = sweep.close("FINISHED", 0).phase_counts
     assert sum(counts.values()) == len(configs)
     parent = client.get_run(sweep.run_id)
     assert {k: int(v) for k, v in parent.data.metrics.items()} == {f"phase_count/{p}": n for p, n in counts.items()}

@@ -7,11 +7,12 @@ Each trial receives its pack as plain dicts (`Plan.pack_dicts`) and rebuilds the
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
 
-from ..engine import max_pack_size, pack_signature
+from ..engine import make_trainer, max_pack_size, pack_signature
 from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size, local_gpu_free_bytes, out_of_memory
 from ..errors import SpecError
 from ..spec import Spec, TrialConfig
@@ -138,16 +139,21 @@ def _deal(items: list, size: int) -> list[list]:
     return [items[i::count] for i in range(count)]
 
 
-def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float, gpu_free_bytes: int | None) -> int:
+def _capped(config: TrialConfig, build):
+    """build() under the probe's memory cap; a configuration that cannot fit is a SpecError naming what to change."""
     try:
         with AddressSpaceCap(PROBE_BYTES):
-            return auto_pack_size(config, n, device, gpu_fraction=frac, free_bytes=gpu_free_bytes)
+            return build()
     except (MemoryError, RuntimeError) as exc:
         if not out_of_memory(exc):
             raise
         raise SpecError("model", f"one configuration ({config.task.registry_name} x {config.model.registry_name}) "
                         f"does not fit in {PROBE_BYTES // 2**30} GiB; check the task size (e.g. task.p) and the "
                         "model's widths") from None
+
+
+def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float, gpu_free_bytes: int | None) -> int:
+    return _capped(config, lambda: auto_pack_size(config, n, device, gpu_fraction=frac, free_bytes=gpu_free_bytes))
 
 
 def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: str,
@@ -201,6 +207,44 @@ def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = No
 def n_configs(spec: Spec) -> int:
     """Configurations the spec expands to, without building them."""
     return math.prod(len(v) for v in spec.axes.values()) * len(spec.seeds)
+
+
+STEP_FLOOR_S = 1e-5  # no configuration trains a step faster than this, on any device: a lower bound to refuse by
+MAX_FLOOR_DAYS = 7
+
+
+def check_budget(configs: list, copies: int = 1, yes: bool = False) -> None:
+    """Refuse (unless `yes`) a launch whose step budget cannot finish within MAX_FLOOR_DAYS even at STEP_FLOOR_S a
+    step: a typo like `train.steps: 1e15` costs nothing. `copies`: how often each configuration trains (a search's
+    trials)."""
+    steps = copies * sum(c.budget_steps for c in configs)
+    days = steps * STEP_FLOOR_S / 86400
+    if not yes and days > MAX_FLOOR_DAYS:
+        raise SpecError("train.steps", f"{steps:.3g} training steps in all (train.steps, capped by phases.budget) "
+                        f"would take at least {days:,.0f} days even at {STEP_FLOOR_S * 1e6:g} us a step, more than "
+                        f"{MAX_FLOOR_DAYS}; lower train.steps or phases.budget, or rerun with --yes")
+
+
+def check_fits(spec: Spec, configs: list, most: int = 8) -> None:
+    """Each distinct model and task of the launch (the `most` widest) is built once, under the probe's memory cap,
+    before Ray starts or any store is opened: one that cannot fit is refused with the field to change. A GPU
+    launch is checked on its card, when its packs are sized."""
+    if spec.resources.gpu > 0:
+        return
+    shapes: dict[str, TrialConfig] = {}
+    for c in configs:
+        d = c.to_dict()
+        shapes.setdefault(json.dumps([d["model"], d["task"], d["train"].get("batch_size")], sort_keys=True,
+                                     default=str), c)
+
+    def width(c: TrialConfig) -> float:
+        model = c.to_dict()["model"]
+        numbers = [v for v in model.values() if isinstance(v, int | float) and not isinstance(v, bool)]
+        numbers += [x for v in model.values() if isinstance(v, list) for x in v if isinstance(x, int | float)]
+        return sum(abs(x) for x in numbers)
+
+    for config in sorted(shapes.values(), key=width, reverse=True)[:most]:
+        _capped(config, lambda c=config: make_trainer([c], device="cpu"))
 
 
 def check_size(spec: Spec, limit: int | None) -> int:

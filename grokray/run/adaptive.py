@@ -1,10 +1,11 @@
 """The adaptive driver: rounds of packed Tune runs under one parent, each round's points chosen by plan.refine.
 
 Before a round starts its record (points, cells, its Tune experiment path) is written on the parent as the
-artifact `adaptive/round-NN.json`. The phases that decide the next round come from the round's Tune results, so
-a tracking outage during a round costs no trial; only writing the next record waits for the server. `--resume`
-reads the records and the finished children, restores the last round's Tune experiment (or trains its unfinished
-points when it never started), then carries on. No finished configuration is trained twice.
+artifact `adaptive/round-NN.json`, through the parent's courier: with the server away it waits in the launch's
+spool like every other batch. The phases that decide the next round come from the round's Tune results, so a
+tracking outage costs no trial and holds no round up. `--resume` delivers the launch's spool, reads the records
+and the finished children, restores the last round's Tune experiment (or trains its unfinished points when it
+never started), then carries on. No finished configuration is trained twice.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from dataclasses import dataclass, field
 
 from ray import tune
 
-from ..plan.expand import expand
+from ..plan.expand import check_budget, check_fits, expand
 from ..plan.lattice import AdaptivePlan, Index, PointSpec, Trial, parse_adaptive, trial_keys, trial_point
 from ..plan.refine import Refinement, next_points
 from ..spec import Spec
-from ..tracking.client import is_transient, retry_until
+from ..tracking.client import is_transient
 from ..tracking.schema import (
     ADAPTIVE_BUDGET_TAG,
     ADAPTIVE_FULL_GRID_TAG,
@@ -74,9 +75,7 @@ class Rounds:
         return [tuple(t) for t in last["trials"] if t[2] not in self.observed.get((t[0], t[1]), {})] if last else []
 
     def write(self, rec: dict) -> None:
-        parent = self.launch.parent
-        retry_until(parent.client.log_dict, parent.run_id, rec, f"{ADAPTIVE_ROUNDS_DIR}/round-{rec['round']:02d}.json",
-                    deadline_s=self.launch.options.delivery_wait_s)
+        self.launch.parent.log_text(json.dumps(rec, indent=2), f"{ADAPTIVE_ROUNDS_DIR}/round-{rec['round']:02d}.json")
 
     def record(self, ref: Refinement) -> int:
         """A new round's record, written before it starts."""
@@ -122,7 +121,9 @@ def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds
     continues). Used by tests to interrupt at a known place."""
     options = options or LaunchOptions()
     plan = parse_adaptive(spec)
-    spec.trial(trial_point(plan, (0, 0, plan.seeds[0])))  # the base parses; every lattice point below too
+    base = spec.trial(trial_point(plan, (0, 0, plan.seeds[0])))  # the base parses; every lattice point below too
+    check_budget([base], copies=plan.budget)
+    check_fits(spec, [base])
     x, y = plan.lattice.x, plan.lattice.y
     swept = [x.key, y.key] + (["seed"] if len(plan.seeds) > 1 or plan.rules.extra_seeds else [])
     log_axes = sorted(a.key for a in (x, y) if a.log)
@@ -143,7 +144,7 @@ def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds
             if not resumed and max_rounds is not None and ran >= max_rounds:
                 interrupted = True
                 break
-            try:  # a round starts once its record is stored: a server away past --delivery-wait stops the sweep
+            try:
                 if resumed:
                     rnd = len(rounds.log) - 1
                 else:

@@ -6,7 +6,7 @@ import time
 
 from ray import tune
 
-from ..plan.expand import check_size, expand
+from ..plan.expand import check_budget, check_fits, check_size, expand
 from ..spec import Spec
 from ..tracking.schema import CONFIGURATIONS_TAG, EXPERIMENT_PATH_TAG, PACKS_TAG
 from .launch import Launch
@@ -18,7 +18,9 @@ def run_sweep(spec: Spec, options: LaunchOptions | None = None, *, max_configs: 
     MLflow is touched. max_configs: refuse a larger expansion (the CLI asks for --yes instead)."""
     options = options or LaunchOptions()
     check_size(spec, max_configs)
-    spec.trials()  # every configuration parses, or a SpecError leaves nothing behind
+    configs = spec.trials()  # every configuration parses, or a SpecError leaves nothing behind
+    check_budget(configs, yes=max_configs is None)
+    check_fits(spec, configs)
     with Launch(spec, options, kind="grid") as launch:
         plan = expand(spec, slots=launch.slots, gpu_free_bytes=launch.gpu_free)
         total_work = sum(len(p.members) * max(m.config.budget_steps for m in p.members) for p in plan.packs)

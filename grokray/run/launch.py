@@ -26,10 +26,10 @@ from ray import tune
 
 from ..errors import SpecError
 from ..spec import Spec
+from ..tracking.background import BackgroundDelivery
 from ..tracking.client import resolve_tracking_uri
 from ..tracking.pack_runs import RunTarget
-from ..tracking.parent import ParentRun, spool_dir_for
-from ..tracking.schema import CODE_VERSION_TAG
+from ..tracking.parent import ParentRun
 from .cluster import (
     check_cluster_gpus,
     check_gpu_request,
@@ -98,6 +98,7 @@ class Launch:
         self.started_ray = False
         self.parent: ParentRun | None = None
         self.gpu_free: int | None = None
+        self.delivery: BackgroundDelivery | None = None  # started with the first Tune run
 
     # -- Ray up and down -----------------------------------------------------------------------------------------
     def __enter__(self) -> Launch:
@@ -106,7 +107,7 @@ class Launch:
         os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
         # MLflow is imported and its store opened (a new SQLite file runs the schema migrations) while Ray starts,
         # whose seconds go mostly to waiting for its processes: ~3 s of a laptop sweep's start hidden.
-        ready = driver_imports_in_background(then=partial(ParentRun, self.uri, self.spec.name))
+        ready = driver_imports_in_background(then=partial(ParentRun, self.uri, self.spec.name, self.storage))
         self.started_ray = start_ray(self.options)
         self.timings["ray_start"] = time.time() - self.t_start
         try:
@@ -122,6 +123,8 @@ class Launch:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.delivery is not None:
+            self.delivery.stop()
         self._stop_ray()
 
     def _stop_ray(self) -> None:
@@ -153,14 +156,15 @@ class Launch:
 
     @property
     def spool_dir(self) -> str:
-        return spool_dir_for(self.storage, self.parent.run_id)
+        return self.parent.spool_dir
 
     def context(self, swept: list[str], log_axes: list[str], **extra) -> TrialContext:
         """The one context every trial of this launch gets."""
         opts = self.options
-        target = RunTarget(self.uri, self.parent.experiment_id, self.parent.run_id, self.spec.hash(),
-                           self.parent.tags[CODE_VERSION_TAG], tuple(swept), tuple(sorted(log_axes)),
-                           self.spool_dir, opts.delivery_wait_s, opts.buffer_points)
+        parent = self.parent
+        target = RunTarget(self.uri, parent.experiment_id, parent.run_id, self.spec.hash(), parent.code_version,
+                           tuple(swept), tuple(sorted(log_axes)), self.spool_dir, opts.delivery_wait_s,
+                           opts.buffer_points, parent_key=parent.launch_key, experiment_name=parent.experiment_name)
         res = self.spec.resources
         return TrialContext(target, extra.pop("checkpoint_every", opts.checkpoint_every), self.min_report_s,
                             res.cpu, res.gpu, self.spec.artifacts.final_state, **extra)
@@ -205,6 +209,8 @@ class Launch:
         )
 
     def fit(self, tuner: tune.Tuner) -> Round:
+        if self.delivery is None:
+            self.delivery = BackgroundDelivery(self.parent).start()
         t0 = time.time()
         self.timings.setdefault("setup", t0 - self.t_start - self.timings.get("ray_start", 0.0))
         results = list(tuner.fit())
@@ -237,10 +243,11 @@ class Launch:
         for rnd in self.rounds:
             for phase in rnd.member_phases.values():
                 fallback[phase] = fallback.get(phase, 0) + 1
-        closed = self.parent.close(status, self.spool_dir, self.options.delivery_wait_s, fallback, configurations,
-                                   metrics)
+        if self.delivery is not None:
+            self.delivery.stop()
+        closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics)
         self.timings["finish"] = time.time() - t0
-        if not closed.undelivered:  # the server holds every run: the figure can be drawn from it
+        if not closed.undelivered and self.parent.run_id:  # the server holds every run: the figure can be drawn
             self.timings["report"] = report_on_parent(self.parent, self.spec, self.kind, status, closed.phase_counts,
                                                       configurations, time.time() - self.t_start, note)
         last = [dict(r.metrics or {}) for r in results]

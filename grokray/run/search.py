@@ -11,8 +11,10 @@ val/acc (for ASHA) and the objective (for OptunaSearch).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
@@ -21,11 +23,13 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from ..errors import SpecError
-from ..plan.expand import run_name
+from ..plan.expand import check_budget, check_fits, run_name
 from ..search.artifacts import log_parent_results
 from ..search.config import SearchConfig, parse_search, trial_config, trial_configs
 from ..search.objective import SEED_ATTRS, trial_key
 from ..search.study import (
+    LAUNCH_ATTR,
+    LINK_FILE,
     MEMBER_KEYS_ATTR,
     PARENT_RUN_ATTR,
     RUN_ID_ATTR,
@@ -35,13 +39,16 @@ from ..search.study import (
     directions,
     distributions,
     journal_path,
+    link_trial_runs,
     make_sampler,
     open_storage,
     open_study,
     recover_interrupted,
+    storage_at,
 )
 from ..spec import Spec
 from ..tracking.client import is_transient, retry, run_is_active
+from ..tracking.parent import ParentRun
 from ..tracking.schema import (
     PHASE_TAG,
     SEARCH_OBJECTIVE_TAG,
@@ -192,6 +199,45 @@ def _tuner(launch: Launch, spec: Spec, cfg: SearchConfig, study, storage, to_run
                         total_configs=runs, total_work=float(runs * budget), checkpoints_kept=1)
 
 
+def _interrupted_parent(launch: Launch, study):
+    """The parent run of the study's last launch, if it is still there (by id, or by launch key when the server
+    was away as it opened)."""
+    parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
+    if parent_id and run_is_active(launch.parent.client, parent_id):
+        return launch.parent.client.get_run(parent_id)
+    key = study.user_attrs.get(LAUNCH_ATTR)
+    return launch.parent.find_launch(key) if key else None
+
+
+def link_runs(parent, study) -> int:
+    """Link the trials whose runs were made after they ended (an outage) to them, once the parent's children can
+    be read; 0 while the server is away."""
+    try:
+        children = parent.children()
+    except Exception as exc:  # noqa: BLE001
+        if not is_transient(exc):
+            raise
+        return 0
+    return link_trial_runs(study, {r.data.tags.get(TRIAL_KEY_TAG): r.info.run_id for r in children})
+
+
+def link_after_replay(spool_dir: str, uri: str) -> int:
+    """`grokray replay` of a search's spool: the trials whose runs the replay made are linked to them."""
+    path = Path(spool_dir, LINK_FILE)
+    if not path.is_file():
+        return 0
+    where = json.loads(path.read_text())
+    study = optuna.load_study(study_name=where["study"], storage=storage_at(where["storage"]))
+    parent = ParentRun(uri, where["experiment"], "")
+    run = parent.find_launch(where["launch"])
+    if run is None:
+        return 0
+    parent.run_id, parent.experiment_id = run.info.run_id, run.info.experiment_id
+    linked = link_runs(parent, study)
+    path.unlink()
+    return linked
+
+
 def _finish_study(launch: Launch, study, cfg: SearchConfig) -> list[str]:
     """Children ASHA stopped are tagged pruned and ended; the study's report goes on the parent. Skipped, with
     the rest of the close reporting what is undelivered, while the tracking server is away."""
@@ -217,22 +263,26 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     target = n_trials if n_trials is not None else cfg.n_trials
     if target < 1:
         raise SpecError("--n-trials", f"got {target}; must be >= 1")
+    start = trial_configs(spec, {})
+    check_budget(start, copies=target)  # the start point's budget, once per trial: a typo costs nothing
+    check_fits(spec, start)
     check_gpu_request(spec, options)  # before the study is created, as every check that can refuse the launch
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     results_dir = resolve_storage(options.storage)
     storage, label = open_storage(cfg, results_dir)
     study = open_study(spec, cfg, storage, label, options.resume)
     with Launch(spec, options, kind="search", default_report_s=0.0) as launch:
-        parent_id = study.user_attrs.get(PARENT_RUN_ATTR) if options.resume else None
-        if parent_id and run_is_active(launch.parent.client, parent_id):
-            launch.parent.resume(parent_id)
+        parent = _interrupted_parent(launch, study) if options.resume else None
+        if parent is not None:
+            launch.parent.resume(parent.info.run_id)
             threshold = trial_config(spec, {}).phases.threshold
             recovered = recover_interrupted(study, finished_runs(launch.parent.children(), threshold), cfg)
         else:  # no MLflow record to answer from: every interrupted trial runs again
             recovered = recover_interrupted(study, {}, cfg) if options.resume else (0, 0)
             launch.open_parent(f"{cfg.study} search", list(cfg.space), sorted(k for k, d in cfg.space.items()
                                                                              if d.log), _parent_tags(cfg, label))
-            study.set_user_attr(PARENT_RUN_ATTR, launch.parent.run_id)
+            study.set_user_attr(PARENT_RUN_ATTR, launch.parent.run_id)  # "" while the server is away
+            study.set_user_attr(LAUNCH_ATTR, launch.parent.launch_key)
             study.set_user_attr(TRACKING_URI_ATTR, launch.uri)
         to_run = max(0, target - counted(study))
         new_trials = len(launch.fit(_tuner(launch, spec, cfg, study, storage, to_run, target)).results) if to_run \
@@ -240,6 +290,10 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
         study = optuna.load_study(study_name=cfg.study, storage=storage)
         artifacts = _finish_study(launch, study, cfg)
         summary = launch.close(configurations=counted(study), interrupted=False)
+        link_runs(launch.parent, study)
+        if summary.undelivered_dir:  # `grokray replay` links the trials whose runs it makes
+            Path(summary.undelivered_dir, LINK_FILE).write_text(json.dumps({
+                "storage": label, "study": cfg.study, "experiment": spec.name, "launch": launch.parent.launch_key}))
     return SearchSummary(**vars(summary), study_name=cfg.study, storage=label, journal_path=journal_path(cfg,
                          results_dir), trials=len(study.trials), completed=counted(study), new_trials=new_trials,
                          directions=directions(cfg), best=best_trials(study, cfg), artifacts=artifacts,

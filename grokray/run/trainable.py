@@ -77,7 +77,17 @@ def train_pack(config: dict) -> None:
 
     node_id = ray.get_runtime_context().get_node_id()
     tracker = PackTracker(ctx.target, pack)
-    tracker.open(node_id)
+    tracker.open(node_id, restored_from)
+    if tracker.all_finished and not ctx.objective:
+        # Stopped after every member's run had ended but before Tune heard the last report: MLflow holds the
+        # work, so a resume trains none of it again. (A search trial trains on: its score needs the curves.)
+        phases = [r.phase for r in tracker.runs]
+        tune.report({"step": trainer.step, "total": trainer.total, "members": trainer.K, "members_done": trainer.K,
+                     "phases": {p: phases.count(p) for p in set(phases)}, "node_id": node_id,
+                     "restored_from": restored_from, "pack_done": True, "from_mlflow": True,
+                     "member_phases": {m["key"]: r.phase for m, r in zip(pack["members"], tracker.runs, strict=True)},
+                     "undelivered_points": 0, "delivery_wait_s": 0.0, "spool": "", "spooled_points": 0})
+        return
     thresholds = [c.phases.threshold for c in configs]
     save_states = ctx.final_state
     if save_states:
@@ -124,7 +134,7 @@ def train_pack(config: dict) -> None:
         if done:
             metrics["member_phases"] = {m["key"]: r.phase for m, r in zip(pack["members"], results, strict=True)}
             metrics["undelivered_points"] = undelivered
-            metrics["delivery_wait_s"] = close_s  # after training: waiting for a tracking server to return
+            metrics["delivery_wait_s"] = close_s  # after training: one try at an outage's backlog, then handed over
             metrics["spool"] = str(tracker.courier.spool.path) if undelivered else ""
         if ctx.objective:
             metrics.update(report_metrics(list(ctx.objective), ctx.penalty, configs, results))

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from ..tracking.client import log_metrics
 from ..tracking.schema import SEARCH_BEST_PHASE_TAG, SEARCH_BEST_TRIAL_TAG, SEARCH_BEST_VALUE_TAG, SEARCH_PARETO_TAG
 from .objective import SEED_ATTRS
-from .study import RUN_ID_ATTR, generalized_best
+from .study import RUN_ID_ATTR, generalized_best, trial_run_ids
 
 ARTIFACT_DIR = "search"
 TRIAL_COLUMNS = ("phase", *SEED_ATTRS, "trial_key", "duplicate_of", RUN_ID_ATTR)
@@ -165,7 +165,7 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
         best_rows = [{"number": t.number, "values": list(t.values), "params": t.params,
                       "phase": t.user_attrs.get("phase"), **{k: t.user_attrs[k] for k in SEED_ATTRS
                                                              if k in t.user_attrs},
-                      "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, "")} for t in front]
+                      "mlflow_run_id": trial_run_ids(study.user_attrs, t)} for t in front]
         (d / "best.json").write_text(json.dumps(best_rows, indent=1, default=str))
         files.append(d / "best.json")
         imp = importances(study, cfg)
@@ -180,7 +180,8 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
         files.append(d / "param_importances.csv")
         trials = [{"number": t.number, "state": t.state.name, **{f"value.{n}": v for n, v in zip(
             cfg.objective, t.values or [], strict=False)}, **t.params,
-            **{k: v for k, v in t.user_attrs.items() if k in TRIAL_COLUMNS}}
+            **{k: v for k, v in t.user_attrs.items() if k in TRIAL_COLUMNS},
+            **({RUN_ID_ATTR: trial_run_ids(study.user_attrs, t)} if RUN_ID_ATTR in t.user_attrs else {})}
             for t in study.trials]
         if trials:
             _write_csv(trials, d / "trials.csv")

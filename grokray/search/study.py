@@ -23,6 +23,38 @@ OBJECTIVE_ATTR = "grokray.objective"
 SPEC_HASH_ATTR = "grokray.spec_hash"
 RUN_ID_ATTR = "mlflow_run_id"  # a trial's MLflow child runs, comma-separated (each carries the trial number back)
 MEMBER_KEYS_ATTR = "member_keys"  # with several seeds: the key of each seed's configuration, in seed order
+LAUNCH_ATTR = "grokray.launch"  # the launch key of the study's parent run (its id may come later: an outage)
+RUN_LINKS_ATTR = "grokray.mlflow_run_ids"  # trial number -> its runs, for runs made after the trial ended
+LINK_FILE = "search.json"  # in an undelivered spool: which study `grokray replay` links the runs it makes to
+
+
+def trial_run_ids(study_attrs: dict, trial) -> str:
+    """A trial's MLflow runs, comma-separated in seed order: its own attribute, or, where a run was made after
+    the trial ended (a tracking outage; Optuna keeps a finished trial's attributes as they were), the study's
+    link written when the run was made (link_trial_runs)."""
+    own = trial.user_attrs.get(RUN_ID_ATTR, "")
+    if own and all(own.split(",")):
+        return own
+    return (study_attrs.get(RUN_LINKS_ATTR) or {}).get(str(trial.number), own)
+
+
+def link_trial_runs(study, runs_by_key: dict[str, str]) -> int:
+    """Write the study's links for trials whose runs were made after they ended. `runs_by_key`: trial key ->
+    run id of the search's child runs. Returns the trials linked."""
+    links = dict(study.user_attrs.get(RUN_LINKS_ATTR) or {})
+    linked = 0
+    for t in study.get_trials(deepcopy=False):
+        keys = t.user_attrs.get(MEMBER_KEYS_ATTR) or ([t.user_attrs["trial_key"]] if "trial_key" in t.user_attrs
+                                                      else [])
+        if not keys or "duplicate_of" in t.user_attrs or all(trial_run_ids(study.user_attrs, t).split(",")):
+            continue
+        ids = [runs_by_key.get(k, "") for k in keys]
+        if all(ids):
+            links[str(t.number)] = ",".join(ids)
+            linked += 1
+    if linked:
+        study.set_user_attr(RUN_LINKS_ATTR, links)
+    return linked
 
 
 def distributions(cfg: SearchConfig) -> dict:
@@ -61,6 +93,16 @@ def open_storage(cfg: SearchConfig, results_dir: str):
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(path)), path
+
+
+def storage_at(label: str):
+    """The storage open_storage labelled `label` (a journal file's path, or an RDB URL)."""
+    if "://" in label:
+        return optuna.storages.RDBStorage(label)
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(label))
 
 
 def make_sampler(cfg: SearchConfig, offset: int = 0):
@@ -141,7 +183,7 @@ def generalized_best(study, cfg: SearchConfig) -> list:
 
 def best_trials(study, cfg: SearchConfig) -> list[dict]:
     return [{"number": t.number, "params": dict(t.params), "values": list(t.values),
-             "phase": t.user_attrs.get("phase"), "mlflow_run_id": t.user_attrs.get(RUN_ID_ATTR, ""),
+             "phase": t.user_attrs.get("phase"), "mlflow_run_id": trial_run_ids(study.user_attrs, t),
              **{k: t.user_attrs[k] for k in SEED_ATTRS if k in t.user_attrs}}
             for t in generalized_best(study, cfg)]
 

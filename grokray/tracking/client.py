@@ -43,6 +43,11 @@ def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) 
     return uri
 
 
+def tracking_client(uri: str) -> MlflowClient:
+    """A client of one store, for the layers above that do not name MLflow."""
+    return MlflowClient(tracking_uri=uri)
+
+
 def local_store_path(uri: str) -> Path | None:
     """The file (SQLite) or directory (file store) of a local tracking URI; None for a server or :memory:."""
     if uri.startswith("sqlite:///"):

@@ -26,10 +26,12 @@ from pathlib import Path
 
 from mlflow.entities import Metric
 
-from .client import is_transient, latest_steps, log_metrics, retry
-from .schema import TRIAL_KEY_TAG, children_filter
+from .client import get_or_create_experiment, is_transient, latest_steps, log_metrics, retry
+from .schema import PARENT_ID_TAG, TRIAL_KEY_TAG, children_filter, launch_filter
 
 SPOOL_DIRNAME = "undelivered"
+LAUNCH_SPOOL_PREFIX = "launch-"  # the driver's own spool file (the parent's batches), replayed before the packs'
+HANDED_OVER = ".done.jsonl"  # a finished pack's spool file: the driver delivers it, the pack's slot is free
 MAX_BACKOFF_S = 30.0
 
 
@@ -48,6 +50,7 @@ class Batch:
     key: str = ""  # trial key, for a batch whose run is not created yet
     create: dict | None = None  # {experiment_id, run_name, tags, start_time} of that run
     end_time: int | None = None  # ms: when the run's own work ended (a pack member stops before its pack)
+    texts: dict = field(default_factory=dict)  # artifact path -> text (the parent's spec, an adaptive round record)
 
     @property
     def points(self) -> int:
@@ -56,25 +59,59 @@ class Batch:
     def to_json(self) -> str:
         return json.dumps({"batch": self.id, "run_id": self.run_id, "metrics": self.metrics, "params": self.params,
                            "tags": self.tags, "terminate": self.terminate, "key": self.key, "create": self.create,
-                           "end_time": self.end_time})
+                           "end_time": self.end_time, "texts": self.texts})
 
     @classmethod
     def from_record(cls, rec: dict) -> Batch:
         return cls(run_id=rec["run_id"], metrics=[list(m) for m in rec["metrics"]], params=rec.get("params") or {},
                    tags=rec.get("tags") or {}, terminate=rec.get("terminate"), id=rec["batch"],
-                   key=rec.get("key") or "", create=rec.get("create"), end_time=rec.get("end_time"))
+                   key=rec.get("key") or "", create=rec.get("create"), end_time=rec.get("end_time"),
+                   texts=rec.get("texts") or {})
+
+
+class ParentNotCreated(ConnectionError):
+    """A child's batch whose launch's parent is not in the store yet (the driver, or `grokray replay`, creates it
+    from the launch's own spool first). Transient: the batch waits in the spool like any other."""
+
+
+def resolve_parent(client, experiment_name: str, launch_key: str, resolved: dict[str, str], attempts: int = 3
+                   ) -> tuple[str, str]:
+    """(experiment id, parent run id) of the launch `launch_key`, found by its tag; ParentNotCreated if absent."""
+    if launch_key in resolved:
+        return resolved[f"experiment:{launch_key}"], resolved[launch_key]
+    exp = retry(client.get_experiment_by_name, experiment_name, attempts=attempts)
+    found = retry(client.search_runs, [exp.experiment_id], filter_string=launch_filter(launch_key), max_results=1,
+                  attempts=attempts) if exp is not None else []
+    if not found:
+        raise ParentNotCreated(f"the parent of launch {launch_key} is not in the store yet")
+    resolved[f"experiment:{launch_key}"], resolved[launch_key] = exp.experiment_id, found[0].info.run_id
+    return exp.experiment_id, found[0].info.run_id
 
 
 def resolve_run(client, batch: Batch, resolved: dict[str, str], attempts: int = 3) -> str:
     """The run a batch goes to: its own id, or the run of its trial key under its parent (found, else created).
-    `resolved` remembers the answer for the key's later batches."""
+    A launch's parent made late (`create` names its experiment and launch) is found by its launch key, else
+    created with its experiment; a child of such a parent first finds the parent. `resolved` remembers the
+    answers for later batches."""
     if batch.run_id:
         return batch.run_id
     if batch.key in resolved:
         return resolved[batch.key]
-    create = batch.create or {}
-    tags = create.get("tags") or {}
-    query = f"{children_filter(tags['mlflow.parentRunId'])} and tags.`{TRIAL_KEY_TAG}` = '{batch.key}'"
+    create = dict(batch.create or {})
+    tags = dict(create.get("tags") or {})
+    if create.get("launch_key"):  # the parent itself
+        exp_id = get_or_create_experiment(client, create["experiment_name"])
+        found = retry(client.search_runs, [exp_id], filter_string=launch_filter(create["launch_key"]),
+                      max_results=1, attempts=attempts)
+        run_id = found[0].info.run_id if found else retry(
+            client.create_run, exp_id, run_name=create.get("run_name"), tags=tags,
+            start_time=create.get("start_time"), attempts=attempts).info.run_id
+        resolved[batch.key], resolved[f"experiment:{batch.key}"] = run_id, exp_id
+        return run_id
+    if create.get("parent_key"):  # a child of a parent made late
+        create["experiment_id"], tags[PARENT_ID_TAG] = resolve_parent(
+            client, create["experiment_name"], create["parent_key"], resolved, attempts)
+    query = f"{children_filter(tags[PARENT_ID_TAG])} and tags.`{TRIAL_KEY_TAG}` = '{batch.key}'"
     found = retry(client.search_runs, [create["experiment_id"]], filter_string=query, max_results=1,
                   attempts=attempts)
     if found:
@@ -100,6 +137,9 @@ def deliver(client, batch: Batch, dedup: bool, attempts: int = 3, resolved: dict
     calls = int(dedup)
     if objs or batch.params or batch.tags:
         calls += log_metrics(client, run_id, objs, batch.tags, batch.params, attempts=attempts)
+    for path, text in batch.texts.items():  # an artifact small enough to wait in the spool (a spec, a record)
+        retry(client.log_text, run_id, text, path, attempts=attempts)
+        calls += 1
     if batch.terminate:
         retry(client.set_terminated, run_id, batch.terminate, end_time=batch.end_time, attempts=attempts)
         calls += 1
@@ -150,8 +190,11 @@ def undelivered(path: str | Path) -> list[Batch]:
 
 
 def spool_files(directory: str | Path) -> list[Path]:
+    """The spool files of one launch, the launch's own (its parent's batches) first: a parent made late must
+    exist before its children can be found or made."""
     directory = Path(directory)
-    return sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
+    files = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
+    return sorted(files, key=lambda p: not p.name.startswith(LAUNCH_SPOOL_PREFIX))
 
 
 def pending_points(directory: str | Path) -> tuple[int, int]:
@@ -160,13 +203,14 @@ def pending_points(directory: str | Path) -> tuple[int, int]:
     return len(batches), sum(b.points for b in batches)
 
 
-def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: list | None = None
-               ) -> tuple[int, int, int]:
+def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: list | None = None,
+               resolved: dict[str, str] | None = None) -> tuple[int, int, int]:
     """Deliver every spooled batch under `directory` (or the files `only`), retrying transient failures until
-    `deadline_s` from now. Returns (batches delivered, their points, batches still undelivered)."""
+    `deadline_s` from now. Returns (batches delivered, their points, batches still undelivered). `resolved`:
+    trial keys (and launch keys) whose runs are known, shared with a courier."""
     end = time.monotonic() + deadline_s
     sent = points = 0
-    resolved: dict[str, str] = {}
+    resolved = {} if resolved is None else resolved
     for path in only if only is not None else spool_files(directory):
         spool = Spool(path)
         batches = undelivered(path)
@@ -324,6 +368,18 @@ class Courier:
         while len(self.queue) > 1 and self.queued_points > self.max_points:
             self.queue.pop()
             self.on_disk_only += 1
+
+    def hand_over(self) -> Path | None:
+        """Try the backlog once; what is left becomes the driver's: the spool file is renamed *.done.jsonl, which
+        the driver delivers in the background and at its close (run.launch), so a finished pack frees its slot at
+        once instead of waiting out an outage. Returns the handed-over file, or None when nothing was left."""
+        self.close(0.0)
+        if not undelivered(self.spool.path):
+            return None
+        handed = self.spool.path.with_name(self.spool.path.name.removesuffix(".jsonl") + HANDED_OVER)
+        self.spool.path.rename(handed)
+        self.spool.path = handed
+        return handed
 
     def close(self, wait_s: float = 0.0) -> int:
         """Retry the backlog for up to `wait_s`. Returns the points left only in the spool (0: all delivered)."""

@@ -19,7 +19,16 @@ from mlflow.tracking import MlflowClient
 
 from ..config import only_known_fields
 from .client import clean, is_transient, latest_steps, now_ms, quick_failing_http, retry, search_all, server_answers
-from .delivery import SPOOL_DIRNAME, Batch, Courier, replay_dir, spool_files
+from .delivery import (
+    HANDED_OVER,
+    SPOOL_DIRNAME,
+    Batch,
+    Courier,
+    replay_dir,
+    resolve_parent,
+    spool_files,
+    undelivered,
+)
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATION,
@@ -29,6 +38,7 @@ from .schema import (
     PACK_ID_TAG,
     PARENT_ID_TAG,
     PHASE_TAG,
+    RESUMES_TAG,
     ROLE_TAG,
     SPEC_HASH_TAG,
     STARTS_TAG,
@@ -58,10 +68,12 @@ class RunTarget:
     swept: tuple[str, ...] = ()
     log_axes: tuple[str, ...] = ()
     spool_dir: str = ""  # undelivered batches (default: ~/.grokray/undelivered/<parent>)
-    delivery_wait_s: float = 60.0  # after an outage: how long a finished pack retries its backlog
+    delivery_wait_s: float = 60.0  # after an outage: how long the driver retries the backlog at its close
     buffer_points: int = 200_000  # metric points held in memory while the server is away
     buffer_block_s: float = 0.0  # how long a full buffer may hold training up before it spills to disk only
     concurrency: int = SERVER_CONCURRENCY  # requests in flight to a tracking server
+    parent_key: str = ""  # the launch's key: how a pack finds a parent the server was away for (parent_run_id "")
+    experiment_name: str = ""
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -84,6 +96,8 @@ class MemberRun:
         self.pending_tags = tags or {}
         self.create = create  # what delivery needs to make the run, while run_id is ""
         self.finished = False  # its summaries, phase tag and end are sent (or it was found finished)
+        self.sealed = False  # found finished in the store: nothing of it is sent again
+        self.phase = ""  # a sealed run's phase, as stored
 
 
 class PackTracker:
@@ -99,10 +113,12 @@ class PackTracker:
         self.workers = target.concurrency if server else 1
         self.client = MlflowClient(tracking_uri=target.tracking_uri)
         self.runs: list[MemberRun] = []
+        self.experiment_id, self.parent_id = target.experiment_id, target.parent_run_id  # "" until the server answers
         self.started_ms = now_ms()  # the members' runs start with the pack, wherever and whenever they are made
         self._calls = 0
         self.seconds = 0.0  # time spent in MLflow from this worker
-        self.spool_dir = Path(target.spool_dir or Path.home() / ".grokray" / SPOOL_DIRNAME / target.parent_run_id)
+        self.spool_dir = Path(target.spool_dir or Path.home() / ".grokray" / SPOOL_DIRNAME /
+                              (target.parent_key or target.parent_run_id))
         self.courier = Courier(self.client, self.spool_dir / f"{pack['pack_id']}-{os.getpid()}-{now_ms()}.jsonl",
                                max_points=target.buffer_points, block_s=target.buffer_block_s, workers=self.workers,
                                probe=partial(server_answers, target.tracking_uri) if server else None,
@@ -113,6 +129,12 @@ class PackTracker:
         """Trial key -> run id of every member whose run exists (a search links its Optuna trial to it)."""
         return {r.key: r.run_id or self.courier.resolved.get(r.key, "") for r in self.runs
                 if r.run_id or r.key in self.courier.resolved}
+
+    @property
+    def all_finished(self) -> bool:
+        """Every member's run was found finished: a resumed pack whose work is done (its last report to Tune was
+        lost to the stop) trains nothing again."""
+        return bool(self.runs) and all(r.sealed for r in self.runs)
 
     @property
     def calls(self) -> int:
@@ -126,16 +148,22 @@ class PackTracker:
         finally:
             self.seconds += time.perf_counter() - t0
 
-    def open(self, node_id: str = "") -> None:
-        self._timed(self._open, node_id)
+    def open(self, node_id: str = "", restored_from: int = 0) -> None:
+        """Find or make the members' runs. `restored_from`: the step the pack's checkpoint continues from (0: it
+        trains from the start, so a run found with curves counts one more start)."""
+        self._timed(self._open, node_id, restored_from)
 
-    def _open(self, node_id: str) -> None:
+    def _open(self, node_id: str, restored_from: int) -> None:
         target = self.target
-        earlier = [p for p in spool_files(self.spool_dir) if p.name.startswith(f"{self.pack['pack_id']}-")]
-        for path in earlier:  # an earlier attempt of this pack spooled batches: deliver them before reading steps
-            replay_dir(path.parent, self.client, deadline_s=target.delivery_wait_s, only=[path])
+        earlier = [p for p in spool_files(self.spool_dir) if p.name.startswith(f"{self.pack['pack_id']}-")
+                   and not p.name.endswith(HANDED_OVER)]  # handed-over files are the driver's to deliver
+        for path in earlier:  # an earlier attempt of this pack spooled batches: one try before reading steps
+            replay_dir(path.parent, self.client, only=[path])
         try:
-            existing = search_all(self.client, target.experiment_id, f"{children_filter(target.parent_run_id)} "
+            if not self.parent_id:  # the driver's server was away at launch: is the parent there now?
+                self.experiment_id, self.parent_id = resolve_parent(
+                    self.client, target.experiment_name, target.parent_key, self.courier.resolved, OPEN_ATTEMPTS)
+            existing = search_all(self.client, self.experiment_id, f"{children_filter(self.parent_id)} "
                                   f"and tags.`{PACK_ID_TAG}` = '{self.pack['pack_id']}'", attempts=OPEN_ATTEMPTS)
             self._calls += 1
         except Exception as exc:  # noqa: BLE001
@@ -155,24 +183,28 @@ class PackTracker:
             created = {m["key"]: self._create(m, node_id) for m in new}
         for member in self.pack["members"]:
             found = by_key.get(member["key"])
-            self.runs.append(created[member["key"]] if found is None else self._reopen(found, member, node_id))
+            self.runs.append(created[member["key"]] if found is None
+                             else self._reopen(found, member, node_id, restored_from))
 
     def _tags(self, member: dict, node_id: str) -> dict:
         cfg, target = member["config"], self.target
-        return clean({PARENT_ID_TAG: target.parent_run_id, ROLE_TAG: CONFIGURATION, MODEL_TAG: cfg["model"]["name"],
+        parent = {PARENT_ID_TAG: self.parent_id} if self.parent_id else {}
+        return clean({**parent, ROLE_TAG: CONFIGURATION, MODEL_TAG: cfg["model"]["name"],
                       TASK_TAG: cfg["task"]["name"], TRIAL_KEY_TAG: member["key"], PACK_ID_TAG: self.pack["pack_id"],
                       SPEC_HASH_TAG: target.spec_hash, CODE_VERSION_TAG: target.code_version,
                       SWEPT_TAG: list(target.swept), LOG_AXES_TAG: list(target.log_axes), NODE_TAG: node_id,
                       STARTS_TAG: 1, **member.get("tags", {})})
 
     def _deferred(self, member: dict, node_id: str) -> MemberRun:
-        create = {"experiment_id": self.target.experiment_id, "run_name": member["name"],
+        create = {"experiment_id": self.experiment_id, "run_name": member["name"],
                   "tags": self._tags(member, node_id), "start_time": self.started_ms}
+        if not self.parent_id:  # delivery finds the parent by the launch's key first
+            create |= {"experiment_name": self.target.experiment_name, "parent_key": self.target.parent_key}
         return MemberRun(member["key"], "", {}, flatten(member["config"]), create=create)
 
     def _create(self, member: dict, node_id: str) -> MemberRun:
         try:
-            run = retry(self.client.create_run, self.target.experiment_id, run_name=member["name"],
+            run = retry(self.client.create_run, self.experiment_id, run_name=member["name"],
                         tags=self._tags(member, node_id), start_time=self.started_ms, attempts=OPEN_ATTEMPTS)
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
@@ -181,25 +213,31 @@ class PackTracker:
         self._calls += 1
         return MemberRun(member["key"], run.info.run_id, {}, flatten(member["config"]))
 
-    def _reopen(self, found, member: dict, node_id: str) -> MemberRun:
-        """A retry or resume: the run's stored steps (one request), RUNNING again, its start counted."""
+    def _reopen(self, found, member: dict, node_id: str, restored_from: int) -> MemberRun:
+        """A retry or resume: the run's stored steps (one request) and RUNNING again. A run that finished is left
+        as it is (nothing of it is sent again); a continued run counts a resume, a run trained again from step 0
+        a start."""
         run_id = found.info.run_id
+        if PHASE_TAG in found.data.tags:  # ended before the pack was stopped: nothing more to send
+            run = MemberRun(member["key"], run_id, {})
+            run.finished = run.sealed = True
+            run.phase = found.data.tags[PHASE_TAG]
+            return run
         try:
             last = latest_steps(self.client, run_id, OPEN_ATTEMPTS) if found.data.metrics else {}
             self._calls += 1
-            if found.info.status != "RUNNING" and PHASE_TAG not in found.data.tags:
+            if found.info.status != "RUNNING":
                 retry(self.client.update_run, run_id, status="RUNNING", attempts=OPEN_ATTEMPTS)
                 self._calls += 1
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
                 raise
             last = {}  # unknown: the first batches are deduplicated against the store instead
-        starts = int(found.data.tags.get(STARTS_TAG, "1")) + 1  # counted, so tests can see re-runs
-        tags = {STARTS_TAG: str(starts), **({NODE_TAG: node_id} if node_id else {})}
+        counter = RESUMES_TAG if restored_from > 0 or not found.data.metrics else STARTS_TAG
+        tags = {counter: str(int(found.data.tags.get(counter, "1" if counter == STARTS_TAG else "0")) + 1),
+                **({NODE_TAG: node_id} if node_id else {})}
         pending = {} if found.data.params else flatten(member["config"])  # died before its first batch
-        run = MemberRun(member["key"], run_id, last, pending, tags)
-        run.finished = PHASE_TAG in found.data.tags  # ended before the pack was stopped: nothing more to send
-        return run
+        return MemberRun(member["key"], run_id, last, pending, tags)
 
     def log_curves(self, results) -> None:
         """Curve points past the last stored step of each series, one log_batch per <= 1000 points."""
@@ -236,6 +274,8 @@ class PackTracker:
         now = now_ms()
         batches = []
         for i, (run, result) in enumerate(zip(self.runs, results, strict=True)):
+            if run.sealed:
+                continue
             run.run_id = run.run_id or self.courier.resolved.get(run.key, "")
             metrics = []
             steps = result.curve.get("step", [])
@@ -260,7 +300,8 @@ class PackTracker:
                 run.pending_params, run.pending_tags = {}, {}
         self.courier.send_many(batches)
 
-    def close(self, wait_s: float | None = None) -> int:
-        """Deliver what an outage held back, waiting up to `wait_s` (the target's delivery_wait_s by default).
-        Returns the metric points left in the spool file `self.courier.spool.path` (0: everything delivered)."""
-        return self._timed(self.courier.close, self.target.delivery_wait_s if wait_s is None else wait_s)
+    def close(self) -> int:
+        """One try at what an outage held back; the rest is handed to the driver (Courier.hand_over), so the
+        pack's slot is free at once. Returns the metric points handed over (0: everything delivered)."""
+        handed = self._timed(self.courier.hand_over)
+        return sum(b.points for b in undelivered(handed)) if handed else 0

@@ -8,7 +8,10 @@ left undelivered and where, so no caller can forget to report it.
 
 from __future__ import annotations
 
+import threading
+import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
@@ -17,21 +20,33 @@ from .client import (
     clean,
     code_version,
     find_parent,
-    get_or_create_experiment,
     is_transient,
     now_ms,
     phase_counts,
     quick_failing_http,
     retry,
     search_all,
+    server_answers,
     use_wal,
 )
-from .delivery import SPOOL_DIRNAME, Batch, Spool, deliver, pending_points, replay_dir
+from .delivery import (
+    LAUNCH_SPOOL_PREFIX,
+    SPOOL_DIRNAME,
+    Batch,
+    Courier,
+    ParentNotCreated,
+    Spool,
+    deliver,
+    pending_points,
+    replay_dir,
+    resolve_parent,
+)
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
     KIND_TAG,
     KINDS,
+    LAUNCH_TAG,
     LOG_AXES_TAG,
     PARENT,
     PHASE_COUNT_METRIC,
@@ -62,51 +77,114 @@ class Closed:
         return bool(self.undelivered_batches or self.undelivered_points)
 
 
-def spool_dir_for(storage: str, parent_run_id: str) -> str:
-    """Undelivered metrics of one parent live beside the Tune results (shared storage on a cluster), else in
-    ~/.grokray when the results go to a cloud URI."""
+def spool_dir_for(storage: str, launch_key: str) -> str:
+    """Undelivered batches of one launch live beside the Tune results (shared storage on a cluster), else in
+    ~/.grokray when the results go to a cloud URI. Named by the launch's key (a parent of an older grokray: by
+    its run id), which exists before the server answers."""
     if "://" in storage:
-        return str(Path.home() / ".grokray" / SPOOL_DIRNAME / parent_run_id)
-    return str(Path(storage) / SPOOL_DIRNAME / parent_run_id)
+        return str(Path.home() / ".grokray" / SPOOL_DIRNAME / launch_key)
+    return str(Path(storage) / SPOOL_DIRNAME / launch_key)
 
 
 class ParentRun:
-    """One launch's parent run in one experiment of one tracking store."""
+    """One launch's parent run in one experiment of one tracking store.
 
-    def __init__(self, uri: str, experiment_name: str):
+    Every write goes through a Courier with its own spool file (`launch-<key>.jsonl`), as the packs' writes do:
+    when the server is away at the launch, the parent is created when it answers, by the driver's background
+    delivery, its close, or `grokray replay`, and its children find it by the launch key. Training never waits."""
+
+    def __init__(self, uri: str, experiment_name: str, storage: str):
         self.uri = uri
+        self.server = uri.startswith("http")
+        if self.server:
+            quick_failing_http()  # a server that is away answers in seconds, not after minutes of retries
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment_name = experiment_name
-        self.experiment_id = get_or_create_experiment(self.client, experiment_name)
-        self.run_id: str | None = None
+        self.storage = storage
+        self.experiment_id = ""  # known once the server answers
+        self.run_id = ""
+        self.launch_key = uuid.uuid4().hex
+        self.code_version = code_version()
+        self._create: dict | None = None  # what creating the parent needs, while the server is away
+        self._courier: Courier | None = None
+        self._lock = threading.Lock()  # the driver's thread and its background delivery share the courier
         use_wal(uri)
+
+    @property
+    def spool_dir(self) -> str:
+        return spool_dir_for(self.storage, self.launch_key)
+
+    @property
+    def courier(self) -> Courier:
+        if self._courier is None:
+            self._courier = Courier(self.client, Path(self.spool_dir) / f"{LAUNCH_SPOOL_PREFIX}{self.launch_key}.jsonl",
+                                    probe=partial(server_answers, self.uri) if self.server else None,
+                                    attempts=1 if self.server else 3)
+        return self._courier
+
+    def answers(self) -> bool:
+        return not self.server or server_answers(self.uri)
 
     def open(self, kind: str, spec_hash: str, run_name: str, swept: list[str], log_axes: list[str], spec_text: str,
              tags: dict | None = None) -> str:
-        """Create the parent with the tags every parent carries (schema.REQUIRED_PARENT_TAGS) and the resolved spec."""
+        """Create the parent with the tags every parent carries (schema.REQUIRED_PARENT_TAGS) and the resolved
+        spec; with the server away, spool its creation and return "" (training starts at once)."""
         if kind not in KINDS:
             raise ValueError(f"unknown launch kind {kind!r}; allowed: {', '.join(KINDS)}")
-        required = {ROLE_TAG: PARENT, KIND_TAG: kind, SPEC_HASH_TAG: spec_hash, CODE_VERSION_TAG: code_version(),
-                    SWEPT_TAG: list(swept), LOG_AXES_TAG: sorted(log_axes)}
-        run = retry(self.client.create_run, self.experiment_id, run_name=run_name,
-                    tags=clean({**(tags or {}), **required}))
-        self.run_id = run.info.run_id
-        retry(self.client.log_text, self.run_id, spec_text, SPEC_ARTIFACT)
+        required = {ROLE_TAG: PARENT, KIND_TAG: kind, SPEC_HASH_TAG: spec_hash, CODE_VERSION_TAG: self.code_version,
+                    SWEPT_TAG: list(swept), LOG_AXES_TAG: sorted(log_axes), LAUNCH_TAG: self.launch_key}
+        all_tags = clean({**(tags or {}), **required})
+        self._create = {"experiment_name": self.experiment_name, "launch_key": self.launch_key,
+                        "run_name": run_name, "tags": all_tags, "start_time": now_ms()}
+        self._send(Batch("", texts={SPEC_ARTIFACT: spec_text}))
         return self.run_id
+
+    def _send(self, batch: Batch) -> None:
+        """One write to the parent, through its courier; a parent made late gets its id here."""
+        with self._lock:
+            if not self.run_id:
+                batch.key, batch.create = self.launch_key, self._create
+            self.courier.send(batch)
+            self._learn_id()
+
+    def _learn_id(self) -> None:
+        if not self.run_id and self.launch_key in self.courier.resolved:
+            self.run_id = self.courier.resolved[self.launch_key]
+            self.experiment_id = self.courier.resolved[f"experiment:{self.launch_key}"]
+
+    def deliver_backlog(self) -> None:
+        """The background delivery's turn: retry the parent's own backlog (if the backoff allows)."""
+        with self._lock:
+            self.courier.flush()
+            self._learn_id()
 
     def find(self, spec_hash: str, kind: str | None = None):
         """The latest parent of this spec hash (and kind) in this experiment, or None."""
         return find_parent(self.client, self.experiment_name, spec_hash, kind)
 
+    def find_launch(self, launch_key: str):
+        """The parent of one launch (by the key it was given at open), or None."""
+        try:
+            _, run_id = resolve_parent(self.client, self.experiment_name, launch_key, {})
+        except ParentNotCreated:
+            return None
+        return retry(self.client.get_run, run_id)
+
     def resume(self, run_id: str) -> None:
-        self.run_id = run_id
+        """Continue a parent: RUNNING again, its launch's spool delivered first (what the last launch left)."""
+        run = retry(self.client.get_run, run_id)
+        self.run_id, self.experiment_id = run_id, run.info.experiment_id
+        self.launch_key = run.data.tags.get(LAUNCH_TAG) or run_id
         retry(self.client.update_run, run_id, status="RUNNING")
+        replay_dir(self.spool_dir, self.client)
 
     @property
     def tags(self) -> dict[str, str]:
         return retry(self.client.get_run, self.run_id).data.tags
 
     def children(self) -> list:
+        if not self.run_id:
+            raise ParentNotCreated(f"the parent of launch {self.launch_key} is not in the store yet")
         return search_all(self.client, self.experiment_id, children_filter(self.run_id))
 
     def delete_unfinished(self, keys: set[str]) -> int:
@@ -119,22 +197,27 @@ class ParentRun:
         return len(stale)
 
     def set_tag(self, key: str, value) -> None:
-        retry(self.client.set_tag, self.run_id, key, clean({key: value})[key])
+        self._send(Batch(self.run_id, tags=clean({key: value})))
 
-    def close(self, status: str, spool_dir: str, wait_s: float, fallback_counts: dict[str, int] | None = None,
+    def log_text(self, text: str, path: str) -> None:
+        self._send(Batch(self.run_id, texts={path: text}))
+
+    def close(self, status: str, wait_s: float, fallback_counts: dict[str, int] | None = None,
               configurations: int | None = None, metrics: dict[str, float] | None = None) -> Closed:
-        """Deliver the spool, then phase counts (from the children's tags), `configurations`, `metrics` and the
-        status. With the server still away, the counts come from `fallback_counts` (what Tune reported) and the
-        closing batch is spooled beside the packs' for `grokray replay`."""
-        if self.uri.startswith("http"):
-            quick_failing_http()  # a server that is still away answers in seconds, not after minutes of retries
-        replay_dir(spool_dir, self.client, deadline_s=wait_s)
+        """Deliver the spool (the parent's own batches first), then phase counts (from the children's tags),
+        `configurations`, `metrics` and the status. With the server still away, the counts come from
+        `fallback_counts` (what Tune reported) and the closing batch is spooled for `grokray replay`."""
+        with self._lock:
+            self.courier.close(0.0)
+        replay_dir(self.spool_dir, self.client, deadline_s=wait_s, resolved=self.courier.resolved)
+        self._learn_id()
         counts: dict[str, int] | None = None
         try:
             children = self.children()
-            for run in children:  # a kill between a child's phase tag and its end leaves it RUNNING: end it here
-                if PHASE_TAG in run.data.tags and run.info.status == "RUNNING":
-                    retry(self.client.set_terminated, run.info.run_id, "FINISHED")
+            for run in children:  # no trial runs now: a child still RUNNING ends here
+                if run.info.status == "RUNNING":  # with its phase: a kill came between its tag and its end
+                    retry(self.client.set_terminated, run.info.run_id,
+                          "FINISHED" if PHASE_TAG in run.data.tags else "KILLED")
             counts = phase_counts(children)
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
@@ -145,6 +228,8 @@ class ParentRun:
         tags = phase_count_tags(counts) | ({CONFIGURATIONS_TAG: str(configurations)} if configurations is not None
                                            else {})
         batch = Batch(self.run_id, [[k, v, now_ms(), 0] for k, v in values.items()], {}, tags, status)
+        if not self.run_id:
+            batch.key, batch.create = self.launch_key, self._create
         delivered = False
         if measured:  # the server answered a moment ago: send the closing batch as any other
             try:
@@ -153,10 +238,10 @@ class ParentRun:
             except Exception as exc:  # noqa: BLE001
                 if not is_transient(exc):
                     raise
-        if not delivered:
-            Spool(Path(spool_dir) / f"parent-{self.run_id}.jsonl").append(batch)
-        batches, points = pending_points(spool_dir)
-        return Closed(status, counts, batches, points, spool_dir)
+        if not delivered:  # after the parent's other batches, in its own spool file
+            Spool(self.courier.spool.path).append(batch)
+        batches, points = pending_points(self.spool_dir)
+        return Closed(status, counts, batches, points, self.spool_dir)
 
 
 def missing_parent_tags(tags: dict[str, str]) -> list[str]:

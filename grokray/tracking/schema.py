@@ -13,6 +13,7 @@ PARENT = "parent"
 CONFIGURATION = "configuration"
 SPEC_HASH_TAG = "grokray.spec_hash"  # what the sweep trains (after presets and overrides): how resume finds it
 CODE_VERSION_TAG = "grokray.code_version"
+LAUNCH_TAG = "grokray.launch"  # on a parent: the launch's own key, chosen before the server answers (names its spool)
 SWEPT_TAG = "grokray.swept"  # JSON list of the dotted keys that vary
 LOG_AXES_TAG = "grokray.log_axes"  # JSON list of the swept keys drawn on a log scale
 
@@ -59,7 +60,8 @@ PACK_ID_TAG = "grokray.pack_id"
 MODEL_TAG = "grokray.model"
 TASK_TAG = "grokray.task"
 NODE_TAG = "grokray.node"
-STARTS_TAG = "grokray.starts"  # how many times a worker opened this run (1 unless retried or resumed)
+STARTS_TAG = "grokray.starts"  # how many times the configuration was trained from step 0 (1 unless a retry lost it all)
+RESUMES_TAG = "grokray.resumes"  # how many times a worker continued this run from a checkpoint (a retry, --resume)
 
 CURVE_METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
 STEPS_RUN_METRIC = "steps_run"
@@ -90,3 +92,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, object]:
         else:
             out[key] = v
     return out
+
+
+def launch_filter(launch_key: str) -> str:
+    """The parent of one launch, found by the key it was given before the server answered."""
+    return f"tags.`{ROLE_TAG}` = '{PARENT}' and tags.`{LAUNCH_TAG}` = '{launch_key}'"

@@ -1,0 +1,31 @@
+"""`grokray replay DIR`: deliver what a launch left in its spool (the parent first, if the server never saw it,
+then its children); a search's trials are then linked to the runs the replay made."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import SpecError
+from ..search.study import LINK_FILE
+from ..tracking.client import resolve_tracking_uri, tracking_client
+from ..tracking.delivery import pending_points, replay_dir, spool_files
+
+
+def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
+    """Deliver, print what went, and return the exit code (3: batches are still undelivered)."""
+    if not spool_files(spool_dir):
+        raise SpecError("dir", f"no spool files (*.jsonl) in {str(Path(spool_dir))!r}; nothing to replay")
+    uri = resolve_tracking_uri(tracking_uri)
+    batches, points = pending_points(spool_dir)
+    sent, sent_points, left = replay_dir(spool_dir, tracking_client(uri), deadline_s=wait_s)
+    print(f"replayed {sent} of {batches} batches ({sent_points} of {points} metric points) to {uri}")
+    if not left and (Path(spool_dir) / LINK_FILE).is_file():
+        from .search import link_after_replay  # Ray and Optuna only for a search's spool
+
+        print(f"linked {link_after_replay(spool_dir, uri)} search trials to the runs the replay made")
+    if left:
+        print(f"grokray: {left} batches still undelivered in {spool_dir}; is {uri} up? run this again",
+              file=sys.stderr)
+        return 3
+    return 0

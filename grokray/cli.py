@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import SpecError
+from .errors import Mistakes, SpecError
 from .run.options import LaunchOptions
 from .run.signals import sigterm_as_ctrl_c
 from .supervisor import supervise, wanted, watch_supervisor
@@ -13,25 +13,55 @@ from .terminal import EXAMPLES, package_version
 
 
 def _load(args):
-    """The spec with the command's --scale and -s overrides; says which overrides pinned a sweep axis."""
+    """The spec with the command's --scale and -s overrides; says which overrides pinned a sweep axis. The
+    command's options are checked with it: every mistake, spec or option, is reported at once."""
     from .spec import load_spec
 
-    spec = load_spec(args.spec, args.set, args.scale)
+    mistakes = Mistakes()
+    with mistakes.check():
+        spec = load_spec(args.spec, args.set, args.scale)
+    with mistakes.check():
+        _launch_options(args).validate()
+    if getattr(args, "max_configs", 1) < 1:
+        with mistakes.check():
+            raise SpecError("--max-configs", f"got {args.max_configs}; must be >= 1")
+    mistakes.raise_any()
     for note in spec.notes:
         print(f"grokray: {note}", file=sys.stderr)
     return spec
 
 
 def _train(args) -> int:
-    from .engine import run_trial
-    from .engine.sizing import train_device_note
+    import time
+
+    import torch
+
+    from .engine import make_trainer
+    from .engine.sizing import train_device_note, usable_threads
     from .terminal import curve_table, phase_line
 
     spec = _load(args)
-    config = spec.first_trial()
+    point = spec.points()[0]
+    config = spec.trial(point)
     for note in train_device_note(args.device):  # a SpecError for cuda where there is none
         print(note, file=sys.stderr)
-    result = run_trial(config, device=args.device)
+    threads = usable_threads(spec.resources.cpu)  # a sweep trial's policy: other work on the machine keeps its cores
+    torch.set_num_threads(threads)
+    print(f"training {spec.name}: {config.task.registry_name} x {config.model.registry_name}, "
+          + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
+          + f"; up to {config.budget_steps:,} steps on {args.device}, {threads} thread{'s' * (threads > 1)}",
+          file=sys.stderr)
+    trainer = make_trainer([config], device=args.device)
+    t0 = last = time.monotonic()
+    chunk = max(1, config.budget_steps // 100)
+    while not trainer.run(until=trainer.step + chunk):
+        if time.monotonic() - last >= 10:  # a line every 10 s once it runs longer than a few seconds
+            last = time.monotonic()
+            done = trainer.step / config.budget_steps
+            eta = (last - t0) * (1 - done) / max(done, 1e-9)
+            print(f"  step {trainer.step:,} of {config.budget_steps:,} ({done:.0%}), {last - t0:.0f} s, "
+                  f"about {eta:.0f} s left (it stops earlier once classified)", file=sys.stderr)
+    result = trainer.results()[0]
     print(curve_table(result))
     print(phase_line(result, config.phases.threshold))
     return 0
@@ -91,8 +121,6 @@ def _run(args) -> int:
                         f"{args.spec}{scale}`; `grokray run` trains a spec's sweep grid")
     if args.adaptive or spec.raw.get("adaptive"):
         return _run_adaptive(spec, args)
-    if args.max_configs < 1:
-        raise SpecError("--max-configs", f"got {args.max_configs}; must be >= 1")
     limit = None if args.yes else args.max_configs
     if args.dry_run and limit is not None and n_configs(spec) > limit:
         print(f"configurations: {n_configs(spec)}  (more than --max-configs {limit}: a run needs --yes)")

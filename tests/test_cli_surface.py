@@ -26,11 +26,19 @@ def test_version_and_help_with_examples(capsys):
     assert "where to train the configuration" in capsys.readouterr().out  # --device says what it is
 
 
-def test_train_says_never_instead_of_none(capsys):
+def test_train_says_what_it_trains_on_how_many_threads_and_never_instead_of_none(capsys):
+    import torch
+
+    torch.set_num_threads(2)
     assert main(["train", str(QUICKSTART), "--scale", "smoke", "-s", "optim.decoder.lr=1e-2",
                  "-s", "optim.decoder.weight_decay=0"]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    captured = capsys.readouterr()
+    last = captured.out.strip().splitlines()[-1]
     assert last.startswith("phase: memorization") and "None" not in last and "val acc never >= 0.9" in last
+    said = [line for line in captured.err.splitlines() if line.startswith("training quickstart:")]
+    assert said == ["training quickstart: addition x toy, optim.decoder.lr=0.01, optim.decoder.weight_decay=0, "
+                    "seed=1; up to 300 steps on cpu, 1 thread"], captured.err
+    assert torch.get_num_threads() == 1  # resources.cpu: 1, as a sweep's trial gets
 
 
 def test_reading_commands_create_no_store(tmp_path, monkeypatch, capsys):
@@ -66,3 +74,16 @@ def test_dry_run_says_why_packs_hold_one_member(capsys):
     assert "one member per pack" in packs and "MB per member" in packs and "resources.pack_size" in packs
     fixed = next(line for line in out.splitlines() if line.startswith("fixed costs:"))
     assert "per sweep" in fixed and "per pack start" in fixed
+
+
+def test_every_mistake_options_and_spec_is_reported_at_once(tmp_path, monkeypatch, capsys):
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", str(ROOT / "sweeps" / "quickstart.yaml"), "--max-concurrent", "0", "--report-every", "-1",
+                 "--checkpoint-every", "0", "-s", "model.nope=3"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and err[-1] == "grokray: 4 mistakes; nothing was run", err
+    for flag in ("model.nope", "--max-concurrent", "--report-every", "--checkpoint-every"):
+        assert any(line.startswith(f"grokray: error: {flag}:") for line in err), (flag, err)
+    assert not list(tmp_path.iterdir())

@@ -3,11 +3,14 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
 from grokray.engine import PackTrainer, load_checkpoint, run_trial, save_checkpoint
-from grokray.spec import build_spec
+from grokray.spec import build_spec, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TOY = {
     "task": {"name": "addition", "p": 10, "train_size": 45},
@@ -94,3 +97,14 @@ def test_core_imports_no_ray_mlflow_optuna():
     result = json.loads(out.strip().splitlines()[-1])
     assert result["mods"] == []
     assert result["phase"] in ("comprehension", "grokking", "memorization", "confusion")
+
+
+def test_a_grokking_curve_ends_at_its_crossing_not_one_step_past_it():
+    """The run MLflow charts: its last val/acc point is the crossing the summary reports (this configuration's
+    val acc dips to 0.7 the step after it reaches 0.9; that step used to end the curve)."""
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["optim.decoder.lr=0.0031622776601683794",
+                                                           "optim.decoder.weight_decay=5", "seeds=[1]"])
+    r = run_trial(spec.first_trial())
+    points = [(s, v) for s, v in zip(r.curve["step"], r.curve["val/acc"], strict=True) if v is not None]
+    assert r.phase == "grokking" and points[-1][0] == r.step_val
+    assert points[-1][1] >= 0.9 and points[-1][1] == r.final["val/acc"]

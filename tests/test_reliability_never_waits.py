@@ -59,7 +59,7 @@ def test_a_launch_whose_server_is_down_from_the_start_trains_everything(local_ra
     # no slot waited out the outage after its trial: one try, then the file is the driver's
     idle = [m["delivery_wait_s"] for m in summary.trial_metrics]
     assert max(idle) < 5, idle
-    assert not parents(server.url, spec.name)  # the server never answered: nothing could be made
+    assert [p.name for p in Path(spool).glob("launch-*.jsonl")]  # the parent's creation waits in the spool
     server.start()
     assert main(["replay", spool, "--tracking-uri", server.url]) == 0
     check_complete(server.url, spec)
@@ -67,7 +67,7 @@ def test_a_launch_whose_server_is_down_from_the_start_trains_everything(local_ra
     assert parent.info.status == "FINISHED"
     counts = {k.split("/", 1)[1]: int(v) for k, v in parent.data.metrics.items() if k.startswith("phase_count/")}
     assert counts == summary.phase_counts
-    spec_text = MlflowClient(server.url).download_artifacts(parent.info.run_id, "spec.yaml")
+    spec_text = MlflowClient(server.url).download_artifacts(parent.info.run_id, "spec.resolved.yaml")
     assert Path(spec_text).read_text().startswith("name: quickstart")
     report("server_down_from_the_start", configurations=len(spec.trials()), wall_s=round(wall),
            delivery_wait_s=60, max_idle_slot_s=round(max(idle), 2), exit_code=summary.exit_code, points_lost=0)
@@ -143,13 +143,13 @@ def _midway(uri: str, name: str):
 
 def _run_args(tmp_path, uri: str, overrides: list[str]) -> list[str]:
     return [str(GROKRAY), "run", str(QUICKSTART), "--scale", "smoke", *sum((["-s", o] for o in overrides), []),
-            "--max-concurrent", "1", "--checkpoint-every", "100", "--tracking-uri", uri,
+            "--max-concurrent", "1", "--checkpoint-every", "100", "--report-every", "1", "--tracking-uri", uri,
             "--storage", str(tmp_path / "results")]
 
 
 def test_ctrl_c_then_resume_starts_no_configuration_twice(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    overrides = [*LONG, "train.steps=4000", "phases.budget=4000"]
+    overrides = [*LONG, "train.steps=8000", "phases.budget=8000"]
     args = _run_args(tmp_path, uri, overrides)
     first = subprocess.Popen(args, cwd=tmp_path, env=_cli_env(True), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)

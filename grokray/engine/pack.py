@@ -278,22 +278,29 @@ class PackTrainer:
         """Stop members whose phase is decided, that diverged, or that used up their steps."""
         tr, va = self.cross_train.tolist(), self.cross_val.tolist()
         div, act = self.diverged.tolist(), self.active.tolist()
-        stopping = []
+        stops: dict[int, int] = {}  # row -> the step it stops at
+        measure = []
         for k, cfg in enumerate(self.configs):
             if not act[k]:
                 continue
             st, sv = (tr[k] if tr[k] >= 0 else None), (va[k] if va[k] >= 0 else None)
             decided = cfg.phases.stop_when_classified and is_decided(st, sv, div[k], self.step, cfg.phases)
-            if div[k] or decided or self.step >= self.max_steps[k]:
-                stopping.append(k)
-        if stopping:  # measure the state they stop in, so each curve ends at its own stop (engine.curves)
+            if decided and not div[k] and st is not None and sv is not None:
+                # Its last crossing decided it: the run stops there, at a measured row, and its curve ends at
+                # the values its summary reports (a measurement one step later could dip under the threshold).
+                stops[k] = max(st, sv)
+            elif div[k] or decided or self.step >= self.max_steps[k]:
+                stops[k] = self.step
+                measure.append(k)
+        if measure:  # measure the state they stop in, so each curve ends at its own stop (engine.curves)
             measured = self._measured
             row = measured[1] if measured and measured[0] == self.step else self._metrics_row(*self._evaluate())
-            idx = torch.tensor(stopping, dtype=torch.long, device=self.device)
+            idx = torch.tensor(measure, dtype=torch.long, device=self.device)
             self.marks[idx, 2] = row.index_select(0, idx)
-            self.active[idx] = False
-            for k in stopping:
-                self.stopped_at[self.members[k]] = self.step
+        if stops:
+            self.active[torch.tensor(list(stops), dtype=torch.long, device=self.device)] = False
+            for k, step in stops.items():
+                self.stopped_at[self.members[k]] = step
                 self.stopped_wall[self.members[k]] = time.time()
         if any(div):  # keep NaN out of later arithmetic on frozen members
             for flat in self.model.flat.values():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import SpecError
+from ..errors import Mistakes, SpecError
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_UNDELIVERED = 0, 1, 3  # the CLI's exit codes after a launch (2: a SpecError)
 
@@ -29,19 +29,25 @@ class LaunchOptions:
     parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
 
     def validate(self) -> None:
-        """Every option checked before Ray starts or MLflow is written (SpecError names the CLI flag)."""
-        if self.max_concurrent is not None and self.max_concurrent < 1:
-            raise SpecError("--max-concurrent", f"got {self.max_concurrent}; must be >= 1")
-        if self.checkpoint_every < 1:
-            raise SpecError("--checkpoint-every", f"got {self.checkpoint_every}; must be >= 1")
-        if self.min_report_s is not None and self.min_report_s < 0:
-            raise SpecError("--report-every", f"got {self.min_report_s}; must be >= 0")
-        if self.delivery_wait_s < 0:
-            raise SpecError("--delivery-wait", f"got {self.delivery_wait_s}; must be >= 0")
-        if self.progress not in ("auto", "always", "never"):
-            raise SpecError("--progress", f"got {self.progress!r}; allowed: auto, always, never")
-        if self.max_failures < 0:
-            raise SpecError("max_failures", f"got {self.max_failures}; must be >= 0")
+        """Every option checked before Ray starts or MLflow is written; all mistakes at once (SpecError names
+        each CLI flag)."""
+        checks = [
+            (self.max_concurrent is not None and self.max_concurrent < 1, "--max-concurrent",
+             f"got {self.max_concurrent}; must be >= 1"),
+            (self.checkpoint_every < 1, "--checkpoint-every", f"got {self.checkpoint_every}; must be >= 1"),
+            (self.min_report_s is not None and self.min_report_s < 0, "--report-every",
+             f"got {self.min_report_s}; must be >= 0"),
+            (self.delivery_wait_s < 0, "--delivery-wait", f"got {self.delivery_wait_s}; must be >= 0"),
+            (self.progress not in ("auto", "always", "never"), "--progress",
+             f"got {self.progress!r}; allowed: auto, always, never"),
+            (self.max_failures < 0, "max_failures", f"got {self.max_failures}; must be >= 0"),
+        ]
+        mistakes = Mistakes()
+        for bad, flag, message in checks:
+            if bad:
+                with mistakes.check():
+                    raise SpecError(flag, message)
+        mistakes.raise_any()
 
 
 @dataclass

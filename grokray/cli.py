@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .errors import Mistakes, SpecError
@@ -396,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("run", "search", "atlas", "replay", "analyze"):  # MLflow's INFO notices ("Creating
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # initial MLflow database tables") ask nothing
     if wanted(args):  # a launch with a private local Ray: its driver runs in a session of its own
         return supervise(sys.argv[1:] if argv is None else list(argv))
     watch_supervisor()

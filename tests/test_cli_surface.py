@@ -87,3 +87,22 @@ def test_every_mistake_options_and_spec_is_reported_at_once(tmp_path, monkeypatc
     for flag in ("model.nope", "--max-concurrent", "--report-every", "--checkpoint-every"):
         assert any(line.startswith(f"grokray: error: {flag}:") for line in err), (flag, err)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_launch_prints_no_library_notice_and_files_them_beside_its_results(tmp_path):
+    """Issue 39: Ray's token notice, MLflow's table creation, Optuna's ExperimentalWarning and Tune's
+    max_concurrent_trials note read like misconfiguration. A search (all four libraries) through the CLI as a user
+    runs it (behind the supervisor) prints none of them; Ray's notice is in the results folder's log."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GROKRAY_SUPERVISE", "RAY_ADDRESS", "MLFLOW_TRACKING_URI",
+                                                             "MLFLOW_LOGGING_LEVEL")}
+    done = subprocess.run([sys.executable, "-m", "grokray", "search", str(ROOT / "sweeps" / "degrok_toy.yaml"),
+                           "--scale", "smoke", "--progress", "never", "-s", "search.n_trials=2"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for notice in ("Token authentication", "Creating initial MLflow database tables", "ExperimentalWarning",
+                   "max_concurrent_trials", "Started a local Ray instance"):
+        assert notice not in done.stderr + done.stdout, notice
+    assert "Token authentication" in (tmp_path / "grokray-results" / "library-notices.log").read_text()

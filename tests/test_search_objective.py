@@ -240,3 +240,35 @@ def test_a_penalty_is_never_the_best_trial(tmp_path):
     assert all(t.is_integer() for t in drawn["xticks"]) and (tmp_path / "h.png").stat().st_size > 1000
     drawn = plot_history(history_info(mixed), "time_to_generalize", 800.0, tmp_path / "m.png")
     assert drawn["legend"] == ["trial (generalized)", "best so far", "did not generalize (scored the penalty, 800)"]
+
+
+def test_a_searchs_figure_is_the_objective_against_each_parameter_titled_by_the_spec(tmp_path):
+    """Issue 39: the search's parent showed one phase-diagram panel per sampled point with ticks over each other.
+    Its figure is now one panel per searched parameter, titled by the study, with few ticks per axis."""
+    import optuna
+
+    from grokray.search.artifacts import plot_slices
+    from grokray.search.config import parse_search
+    from grokray.search.study import distributions
+    from grokray.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "degrok_toy.yaml", scale="smoke")
+    cfg = parse_search(spec)
+    study = optuna.create_study(directions=["minimize"] * len(cfg.objective))
+    dists = distributions(cfg)
+    rng = optuna.samplers.RandomSampler(seed=0)
+    for i in range(12):
+        params = {k: rng.sample_independent(study, None, k, d) for k, d in dists.items()}
+        values = [cfg.penalty if i % 4 == 0 else 100.0 * (i + 1)] * len(cfg.objective)
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, values=values))
+    fig = plot_slices(study, cfg, cfg.study, tmp_path / "slices.png")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_xlabel() for ax in shown] == list(cfg.space)
+    assert fig.get_suptitle().startswith(f"{cfg.study}: {cfg.objective[0]} against each searched parameter")
+    fig.canvas.draw()
+    for ax in shown:  # readable ticks: at most 6 labelled per axis, none overlapping its neighbour
+        boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+        assert 1 <= len(boxes) <= 6
+        assert all(a.x1 <= b.x0 for a, b in zip(sorted(boxes, key=lambda b: b.x0),
+                                                   sorted(boxes, key=lambda b: b.x0)[1:], strict=False))
+    assert (tmp_path / "slices.png").stat().st_size > 10_000

@@ -6,7 +6,9 @@ join whatever cluster an earlier `ray start` recorded). With `--address` or `RAY
 
 from __future__ import annotations
 
+import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import ray
@@ -17,6 +19,7 @@ from ..spec import Spec
 from .signals import sigterm_as_ctrl_c
 
 DEFAULT_STORAGE = "grokray-results"
+LIBRARY_LOG = "library-notices.log"
 
 
 def resolve_storage(storage: str | None) -> str:
@@ -24,16 +27,38 @@ def resolve_storage(storage: str | None) -> str:
     return storage if "://" in storage else str(Path(storage).resolve())
 
 
+def library_log(storage: str | None) -> Path:
+    """Where library notices of a launch go: beside its results (a cloud URI: ~/.grokray)."""
+    storage = resolve_storage(storage)
+    return (Path.home() / ".grokray" if "://" in storage else Path(storage)) / LIBRARY_LOG
+
+
+@contextmanager
+def notices_to(path: Path):
+    """Notices a library logs without a handler of its own (Ray's token-authentication notice at `ray.init`) go to
+    `path`, not to the user's stderr: they ask nothing of the user."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    previous, logging.lastResort = logging.lastResort, handler
+    try:
+        yield
+    finally:
+        logging.lastResort = previous
+        handler.close()
+
+
 def start_ray(options) -> bool:
     """Join `options.address` / RAY_ADDRESS or start a private local Ray. True if we started (and must stop) it."""
     if ray.is_initialized():
         return False
     address = options.address or os.environ.get("RAY_ADDRESS")
-    quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
-    if address:
-        ray.init(address=address, **quiet)
-    else:
-        ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
+    quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": False}
+    with notices_to(library_log(options.storage)):
+        if address:
+            ray.init(address=address, **quiet)
+        else:
+            ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
     sigterm_as_ctrl_c()  # again: ray.init installs its own SIGTERM handler, which ends the driver at once
     return True
 

@@ -199,7 +199,9 @@ class Launch:
             param_space=space,
             tune_config=tune.TuneConfig(
                 search_alg=search_alg, scheduler=scheduler, num_samples=num_samples,
-                max_concurrent_trials=max_concurrent if max_concurrent is not None else opts.max_concurrent,
+                # a searcher is limited by its ConcurrencyLimiter (Tune ignores this beside one, and says so)
+                max_concurrent_trials=None if search_alg is not None else
+                max_concurrent if max_concurrent is not None else opts.max_concurrent,
                 trial_name_creator=trial_name, trial_dirname_creator=trial_dirname),
             run_config=tune.RunConfig(
                 name=name, storage_path=self.storage, verbose=0,

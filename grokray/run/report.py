@@ -13,6 +13,8 @@ import time
 
 import yaml
 
+from ..search.artifacts import ARTIFACT_DIR as SEARCH_DIR
+from ..search.artifacts import SLICES_PNG
 from ..spec import Spec
 from ..tracking.parent import ParentRun
 from ..tracking.schema import ANALYSIS_DIR, NOTE_TAG
@@ -72,7 +74,10 @@ def report_on_parent(parent: ParentRun, spec: Spec, kind: str, status: str, coun
     """Draw the figures and write the note on the parent; returns the seconds it took. Never raises."""
     t0 = time.time()
     try:
-        figure = draw_diagram(parent.uri, parent.run_id)
+        # a search's points are scattered, not a grid: its figures are the study's (search.artifacts)
+        figure = (f"figures: `{SEARCH_DIR}/{SLICES_PNG}` (the objective against each searched "
+                  f"parameter), `{SEARCH_DIR}/optimization_history_*.png`") if kind == "search" \
+            else draw_diagram(parent.uri, parent.run_id)
         parent.set_tag(NOTE_TAG, parent_note(spec, kind, status, counts, configurations, wall_s, figure, extra))
     except Exception as exc:  # noqa: BLE001 - the sweep is done and recorded; its description must not undo that
         print(f"grokray: could not write the parent run's description: {type(exc).__name__}: {exc}",

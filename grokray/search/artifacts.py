@@ -23,6 +23,7 @@ from .objective import SEED_ATTRS
 from .study import RUN_ID_ATTR, generalized_best, trial_run_ids
 
 ARTIFACT_DIR = "search"
+SLICES_PNG = "objective_vs_parameters.png"
 TRIAL_COLUMNS = ("phase", *SEED_ATTRS, "trial_key", "duplicate_of", RUN_ID_ATTR)
 
 
@@ -103,6 +104,46 @@ def plot_history(rows: list[dict], name: str, penalty: float, path: Path) -> dic
     drawn = {"legend": [t.get_text() for t in legend.get_texts()], "xticks": [float(t) for t in ax.get_xticks()]}
     plt.close(fig)
     return drawn
+
+
+def plot_slices(study, cfg, title: str, path: Path, index: int = 0):
+    """The objective against each searched parameter, one panel each (log axes where the space is log), titled by
+    the spec: what a search's parent shows instead of a grid's phase diagram. Returns the figure's axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, MaxNLocator
+
+    done = _completed(study)
+    name, keys = cfg.objective[index], list(cfg.space)
+    cols = min(3, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.0 * rows), squeeze=False, sharey=True)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        pts = [(t.params[key], t.values[index]) for t in done if key in t.params]
+        ok = [(x, y) for x, y in pts if y < cfg.penalty]
+        bad = [(x, y) for x, y in pts if y >= cfg.penalty]
+        if ok:
+            ax.scatter(*zip(*ok, strict=True), s=16, label="generalized")
+        if bad:
+            ax.scatter(*zip(*bad, strict=True), s=16, marker="x", color="grey", label="did not (penalty)")
+        if cfg.space[key].log:
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(numticks=4))
+        elif cfg.space[key].kind != "categorical":
+            ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.set_xlabel(key, fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(name)
+    fig.suptitle(f"{title}: {name} against each searched parameter ({len(done)} trials)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return fig
 
 
 def _plot_pareto(study, front: list[dict], cfg, path: Path) -> None:
@@ -186,6 +227,9 @@ def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
         if trials:
             _write_csv(trials, d / "trials.csv")
             files.append(d / "trials.csv")
+        if done:
+            plot_slices(study, cfg, cfg.study, d / SLICES_PNG)
+            files.append(d / SLICES_PNG)
         for i, name in enumerate(cfg.objective):
             rows = history_info(study, i)
             if rows:

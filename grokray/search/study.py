@@ -5,6 +5,7 @@ trials a killed driver left running. Optuna only; no Ray, no MLflow (finished ru
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import optuna
@@ -200,7 +201,9 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
         raise SpecError("--resume", f"no study {cfg.study!r} in {label}; run without --resume to start it")
     if not resume:
         study = optuna.create_study(study_name=cfg.study, storage=storage, directions=directions(cfg))
-        study.set_metric_names(list(cfg.objective))  # the dashboard's axes say time_to_generalize, not Objective 0
+        with warnings.catch_warnings():  # experimental in Optuna 3.2-5: a notice nobody must act on
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(cfg.objective))  # the dashboard's axes say time_to_generalize, not Objective 0
         study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
         study.set_user_attr(OBJECTIVE_ATTR, cfg.objective)
         study.set_user_attr(SPEC_HASH_ATTR, spec.hash())

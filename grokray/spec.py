@@ -242,6 +242,15 @@ class Spec:
     def first_trial(self) -> TrialConfig:
         return self.trial(self.points()[0])
 
+    def yaml(self) -> str:
+        """The resolved spec as YAML, without anchors: a preset that reuses a value (`&id001`, `*id001`) reads as
+        written out in full, in the parent's description and its spec artifact."""
+        class Plain(yaml.SafeDumper):
+            def ignore_aliases(self, data):
+                return True
+
+        return yaml.dump(self.raw, Dumper=Plain, sort_keys=False)
+
     def hash(self) -> str:
         """Identity of what the spec trains (after presets and overrides): how a resume or the atlas finds it."""
         content = {k: v for k, v in self.raw.items() if k not in UNHASHED_KEYS}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import shutil
+import sys
 from pathlib import Path
 
 PHASE_ORDER = ("comprehension", "grokking", "memorization", "confusion")
@@ -103,7 +105,8 @@ def search_report(summary, cfg, threshold: float) -> list[str]:
         lines += [f"study journal: {summary.journal_path}",
                   f"  optuna.load_study(study_name={summary.study_name!r}, "
                   f"storage=JournalStorage(JournalFileBackend({summary.journal_path!r})))",
-                  f"  grokray ui --optuna {summary.journal_path}   (optuna-dashboard on http://127.0.0.1:8080)"]
+                  f"  {grokray_command()} ui --optuna {summary.journal_path}   (optuna-dashboard on "
+                  "http://127.0.0.1:8080)"]
     else:
         lines.append(f"study storage: {summary.storage}")
     return lines
@@ -123,7 +126,7 @@ def launch_end(summary, spec_name: str) -> tuple[list[str], list[str]]:
     if summary.undelivered_points or summary.undelivered_batches:
         err.append(f"grokray: MLflow at {summary.tracking_uri} did not take {summary.undelivered_points} metric "
                    f"points ({summary.undelivered_batches} batches); they are saved in {summary.undelivered_dir}")
-        err.append(f"deliver them once it is back: grokray replay {summary.undelivered_dir} "
+        err.append(f"deliver them once it is back: {grokray_command()} replay {summary.undelivered_dir} "
                    f"--tracking-uri {summary.tracking_uri}")
     return out, err
 
@@ -133,7 +136,21 @@ def ui_command(uri: str) -> str:
     if uri.startswith("http"):
         return f"open {uri}"
     default = Path.cwd() / "mlflow.db"
-    return "grokray ui" if uri == f"sqlite:///{default}" else f"grokray ui --tracking-uri {uri}"
+    exe = grokray_command()
+    return f"{exe} ui" if uri == f"sqlite:///{default}" else f"{exe} ui --tracking-uri {uri}"
+
+
+def grokray_command() -> str:
+    """`grokray` when that name runs this installation, else the path that does (a virtualenv that is not
+    activated): a printed command must work when pasted as it is."""
+    mine = Path(sys.executable).with_name("grokray")
+    found = shutil.which("grokray")
+    if not mine.exists() or (found and Path(found).resolve() == mine.resolve()):
+        return "grokray"
+    try:
+        return str(mine.relative_to(Path.cwd()))
+    except ValueError:
+        return str(mine)
 
 
 def package_version() -> str:

@@ -106,3 +106,23 @@ def test_a_launch_prints_no_library_notice_and_files_them_beside_its_results(tmp
                    "max_concurrent_trials", "Started a local Ray instance"):
         assert notice not in done.stderr + done.stdout, notice
     assert "Token authentication" in (tmp_path / "grokray-results" / "library-notices.log").read_text()
+
+
+def test_printed_commands_run_as_printed_when_the_venv_is_not_activated(tmp_path, monkeypatch):
+    """Issue 39: `look at it: grokray ui` failed where .venv/bin is not on PATH. The printed command is the path
+    that runs this installation then, and plain `grokray` where that name already does."""
+    import shutil
+    import subprocess
+    import sys
+
+    from grokray.terminal import grokray_command, ui_command
+
+    mine = Path(sys.executable).with_name("grokray")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # not activated
+    exe = grokray_command()
+    assert exe == str(mine) and ui_command(f"sqlite:///{tmp_path}/mlflow.db") == f"{exe} ui"
+    assert subprocess.run([*ui_command("sqlite:///x.db").split()[:1], "--version"], capture_output=True,
+                          text=True).stdout.startswith("grokray ")
+    monkeypatch.setenv("PATH", f"{mine.parent}:/usr/bin:/bin")  # activated
+    assert shutil.which("grokray") and grokray_command() == "grokray"

@@ -40,8 +40,8 @@ def report(name: str, **figures):
 
 def replayed_dir(err: str) -> str:
     """The spool directory the CLI's `deliver them once it is back: grokray replay DIR --tracking-uri ...` names."""
-    line = [x for x in err.splitlines() if x.startswith("deliver them once it is back: grokray replay ")][-1]
-    return line.split("grokray replay ", 1)[1].split(" --tracking-uri")[0]
+    line = [x for x in err.splitlines() if x.startswith("deliver them once it is back: ")][-1]
+    return line.split(" replay ", 1)[1].split(" --tracking-uri")[0]  # `grokray`, or the path that runs it
 
 
 def wait_for(predicate, timeout: float, what: str, every: float = 0.5):

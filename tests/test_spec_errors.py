@@ -133,3 +133,17 @@ def test_a_typo_in_the_second_axis_is_reported_under_that_axis():
         build_spec(raw)
     assert [e.field for e in err.value.errors] == ["sweep.optim.default.weight_decy"]
     assert "did you mean 'weight_decay'" in str(err.value)
+
+
+def test_the_resolved_spec_is_written_out_without_yaml_anchors():
+    """Issue 39: the parent's description showed `&id001` where a preset reuses a value."""
+    from pathlib import Path
+
+    import yaml
+
+    from grokray.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml", scale="smoke")
+    assert "&id" in yaml.safe_dump(spec.raw, sort_keys=False)  # the case: a shared value
+    text = spec.yaml()
+    assert "&id" not in text and "*id" not in text and yaml.safe_load(text) == spec.raw

@@ -84,7 +84,7 @@ def test_dry_run_counts_match_the_real_sweep(local_ray, tmp_path, capsys):
                  "--storage", str(tmp_path / "results"), "--checkpoint-every", "25"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert f"{configs} configurations in {packs} packs" in out and "grokray ui --tracking-uri" in out
+    assert f"{configs} configurations in {packs} packs" in out and "ui --tracking-uri" in out
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("quickstart")
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",
@@ -157,6 +157,13 @@ def test_progress_is_a_live_line_on_a_terminal_and_plain_lines_in_a_log(capsys, 
     line.on_trial_result(0, [], T(0), {**first, "members_done": 4})  # 9 of 10 done after 90 s: 10 s or less to go
     line.start -= 90
     assert line.line().split(" | ")[-1] in {"1m30s ETA 10s", "1m31s ETA 10s"}
+    ended = ProgressLine(total_configs=5, total_work=500, mode="always", every_s=0)  # issue 39: "done" twice
+    ended.setup()
+    ended.on_trial_result(0, [], T(0), {"members_done": 5, "members": 5, "step": 100, "phases": {"grokking": 5}})
+    ended.on_trial_complete(0, [], T(0))
+    ended.on_experiment_end([])
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1 and printed[0].endswith(" done"), printed
     never = ProgressLine(10, 1000, mode="never")
     never.setup()
     never.on_trial_result(0, [], T(0), first)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import ray
-import yaml
 from ray import tune
 
 from ..errors import SpecError
@@ -140,7 +139,7 @@ class Launch:
 
     # -- the parent run ------------------------------------------------------------------------------------------
     def open_parent(self, run_name: str, swept: list[str], log_axes: list[str], tags: dict | None = None) -> str:
-        spec_text = yaml.safe_dump(self.spec.raw, sort_keys=False)
+        spec_text = self.spec.yaml()
         return self.parent.open(self.kind, self.spec.hash(), run_name, swept, log_axes, spec_text,
                                 {**self.options.parent_tags, **(tags or {})})
 

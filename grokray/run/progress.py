@@ -38,6 +38,7 @@ class ProgressLine(tune.Callback):
         self.last_draw = 0.0
         self.last_plain = -float("inf")
         self.width = 0
+        self.said_done = False
 
     @property
     def enabled(self) -> bool:
@@ -68,10 +69,11 @@ class ProgressLine(tune.Callback):
 
     def _draw(self, force=False):
         if self.plain:
-            if force or time.time() - self.last_plain >= self.every_s:
+            if (force or time.time() - self.last_plain >= self.every_s) and not self.said_done:
                 self.last_plain = time.time()
-                stamp = time.strftime("%H:%M:%S")
-                sys.stdout.write(f"{stamp} {self.line()}\n")
+                text = self.line()
+                self.said_done = text.endswith(" done")  # the end is said once, whoever draws it last
+                sys.stdout.write(f"{time.strftime('%H:%M:%S')} {text}\n")
                 sys.stdout.flush()
             return
         if not self.live or (not force and time.time() - self.last_draw < 0.5):

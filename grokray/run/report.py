@@ -11,8 +11,6 @@ import sys
 import tempfile
 import time
 
-import yaml
-
 from ..search.artifacts import ARTIFACT_DIR as SEARCH_DIR
 from ..search.artifacts import SLICES_PNG
 from ..spec import Spec
@@ -50,7 +48,7 @@ def parent_note(spec: Spec, kind: str, status: str, counts: dict[str, int], conf
              *(f"- {axis}: {_axis_text(values)}" for axis, values in spec.axes.items()),
              *(f"- {line}" for line in extra),
              f"- {figure}", ""]
-    spec_text = yaml.safe_dump(spec.raw, sort_keys=False)
+    spec_text = spec.yaml()
     room = NOTE_MAX - len("\n".join(lines)) - 60
     if len(spec_text) > room:
         spec_text = spec_text[:max(0, room)] + "\n# ... (cut: the whole spec is the artifact spec.resolved.yaml)\n"

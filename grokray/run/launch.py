@@ -98,6 +98,7 @@ class Launch:
         self.parent: ParentRun | None = None
         self.gpu_free: int | None = None
         self.delivery: BackgroundDelivery | None = None  # started with the first Tune run
+        self.closed = False
 
     # -- Ray up and down -----------------------------------------------------------------------------------------
     def __enter__(self) -> Launch:
@@ -121,9 +122,18 @@ class Launch:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if self.delivery is not None:
             self.delivery.stop()
+        if exc_type is not None and not self.closed and self.parent is not None and self.parent.run_id:
+            # The launch broke before its close (Ray's GCS died, a driver bug): its records still end KILLED,
+            # what it spooled is kept, and the user is told how to go on.
+            try:
+                self.parent.close("KILLED", 0.0)
+            except Exception:  # noqa: BLE001, S110 - the original error is the one to show
+                pass
+            print(f"grokray: the {self.kind} launch stopped ({exc_type.__name__}); continue it with --resume",
+                  file=sys.stderr)
         self._stop_ray()
 
     def _stop_ray(self) -> None:
@@ -247,6 +257,7 @@ class Launch:
         if self.delivery is not None:
             self.delivery.stop()
         closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics)
+        self.closed = True
         self.timings["finish"] = time.time() - t0
         if not closed.undelivered and self.parent.run_id:  # the server holds every run: the figure can be drawn
             self.timings["report"] = report_on_parent(self.parent, self.spec, self.kind, status, closed.phase_counts,

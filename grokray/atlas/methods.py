@@ -127,7 +127,8 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
         lines += [f"Fastest: **{fastest['label']}**, {steps:,.0f} steps by the majority of its seeds."]
         if baseline is not None and baseline["best"] is not None:
             base = float(baseline["best"][objective])
-            lines += [f"Tuned {baseline['label']}: {base:,.0f} steps; each method's best against it: "
+            lines += [f"The baseline, {baseline['label']}: {base:,.0f} steps; each method's best against it "
+                      "(baseline steps / method steps, above 1: faster than the baseline): "
                       + ", ".join(f"{r['label']} {base / float(r['best'][objective]):.2f}x" for r in rows
                                   if r["best"] and r is not baseline) + "."]
         published = [r["published_steps"] for r in rows if r["published_steps"]]

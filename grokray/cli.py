@@ -33,13 +33,11 @@ def _load(args):
 
 
 def _train(args) -> int:
-    import time
-
     import torch
 
-    from .engine import make_trainer
+    from .engine import run_trial
     from .engine.sizing import train_device_note, usable_threads
-    from .terminal import curve_table, phase_line
+    from .terminal import curve_table, phase_line, train_progress, training_line
 
     spec = _load(args)
     point = spec.points()[0]
@@ -48,21 +46,8 @@ def _train(args) -> int:
         print(note, file=sys.stderr)
     threads = usable_threads(spec.resources.cpu)  # a sweep trial's policy: other work on the machine keeps its cores
     torch.set_num_threads(threads)
-    print(f"training {spec.name}: {config.task.registry_name} x {config.model.registry_name}, "
-          + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
-          + f"; up to {config.budget_steps:,} steps on {args.device}, {threads} thread{'s' * (threads > 1)}",
-          file=sys.stderr)
-    trainer = make_trainer([config], device=args.device)
-    t0 = last = time.monotonic()
-    chunk = max(1, config.budget_steps // 100)
-    while not trainer.run(until=trainer.step + chunk):
-        if time.monotonic() - last >= 10:  # a line every 10 s once it runs longer than a few seconds
-            last = time.monotonic()
-            done = trainer.step / config.budget_steps
-            eta = (last - t0) * (1 - done) / max(done, 1e-9)
-            print(f"  step {trainer.step:,} of {config.budget_steps:,} ({done:.0%}), {last - t0:.0f} s, "
-                  f"about {eta:.0f} s left (it stops earlier once classified)", file=sys.stderr)
-    result = trainer.results()[0]
+    print(training_line(spec.name, config, point, args.device, threads), file=sys.stderr)
+    result = run_trial(config, device=args.device, progress=train_progress)
     print(curve_table(result))
     print(phase_line(result, config.phases.threshold))
     return 0
@@ -129,18 +114,12 @@ def _run(args) -> int:
     check_size(spec, limit)  # before anything is built: a typo like `num: 1e6` costs nothing
     spec.trials()  # the whole sweep is validated before Ray starts or MLflow is written to
     options = _launch_options(args)
-    options.validate()
     if args.dry_run:
-        from .plan.estimate import BudgetUse, estimate_plan, plan_budget
-        from .tracking.client import resolve_tracking_uri
-        from .tracking.history import measured_budget_use
+        from .run.dry_run import estimate
 
         gpus = local_gpu_count()  # this machine's cards, if it has any
         plan = expand(spec, slots=local_slots(spec, gpus=gpus))
-        found = measured_budget_use(resolve_tracking_uri(args.tracking_uri), spec.name, plan_budget(plan))
-        use = BudgetUse(*found) if found else None
-        estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, use=use, gpus=gpus)
-        print("\n".join(estimate.lines()))
+        print("\n".join(estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, gpus=gpus).lines()))
         return 0
 
     from .run.grid import run_sweep
@@ -165,7 +144,6 @@ def _search(args) -> int:
     cfg = parse_search(spec)  # the search block and every searched field are validated before anything starts
     if args.n_trials is not None and args.n_trials < 1:
         raise SpecError("--n-trials", f"got {args.n_trials}; must be >= 1")
-    _launch_options(args).validate()
     if args.dry_run:
         return _search_dry_run(spec, cfg, args)
 
@@ -178,18 +156,15 @@ def _search(args) -> int:
 
 
 def _search_dry_run(spec, cfg, args) -> int:
-    from .plan.estimate import BudgetUse, estimate_plan, plan_budget
+    from .plan.estimate import plan_budget
+    from .run.dry_run import estimate
     from .search.config import search_plan
     from .terminal import search_plan_lines
-    from .tracking.client import resolve_tracking_uri
-    from .tracking.history import measured_budget_use
 
     n = args.n_trials if args.n_trials is not None else cfg.n_trials
     plan = search_plan(spec, n)
-    found = measured_budget_use(resolve_tracking_uri(args.tracking_uri), spec.name, plan_budget(plan))
-    estimate = estimate_plan(plan, calibrate_costs=not args.no_calibrate, slots=cfg.max_concurrent,
-                             use=BudgetUse(*found) if found else None)
-    print("\n".join(search_plan_lines(cfg, n, plan_budget(plan), estimate, spec.seeds)))
+    found = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, slots=cfg.max_concurrent)
+    print("\n".join(search_plan_lines(cfg, n, plan_budget(plan), found, spec.seeds)))
     return 0
 
 

@@ -112,6 +112,21 @@ def search_report(summary, cfg, threshold: float) -> list[str]:
     return lines
 
 
+def training_line(name: str, config, point: dict, device: str, threads: int) -> str:
+    """What `grokray train` trains, said before it starts."""
+    values = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
+    return (f"training {name}: {config.task.registry_name} x {config.model.registry_name}, {values}; up to "
+            f"{config.budget_steps:,} steps on {device}, {threads} thread{'s' * (threads > 1)}")
+
+
+def train_progress(step: int, budget: int, elapsed_s: float) -> None:
+    """A plain line every few seconds of a long `grokray train` (engine.run_trial's progress)."""
+    done = step / budget
+    print(f"  step {step:,} of {budget:,} ({done:.0%}), {elapsed_s:.0f} s, about "
+          f"{elapsed_s * (1 - done) / max(done, 1e-9):.0f} s left (it stops earlier once classified)",
+          file=sys.stderr, flush=True)
+
+
 def launch_end(summary, spec_name: str) -> tuple[list[str], list[str]]:
     """(stdout, stderr) lines every launch ends with: where its runs are, how to look, what went wrong."""
     err = []

@@ -92,7 +92,7 @@ def test_every_mistake_options_and_spec_is_reported_at_once(tmp_path, monkeypatc
 def test_a_launch_prints_no_library_notice_and_files_them_beside_its_results(tmp_path):
     """Issue 39: Ray's token notice, MLflow's table creation, Optuna's ExperimentalWarning and Tune's
     max_concurrent_trials note read like misconfiguration. A search (all four libraries) through the CLI as a user
-    runs it (behind the supervisor) prints none of them; Ray's notice is in the results folder's log."""
+    runs it (behind the supervisor) prints none of them; Ray's are in the results folder's log."""
     import subprocess
     import sys
 
@@ -105,7 +105,8 @@ def test_a_launch_prints_no_library_notice_and_files_them_beside_its_results(tmp
     for notice in ("Token authentication", "Creating initial MLflow database tables", "ExperimentalWarning",
                    "max_concurrent_trials", "Started a local Ray instance"):
         assert notice not in done.stderr + done.stdout, notice
-    assert "Token authentication" in (tmp_path / "grokray-results" / "library-notices.log").read_text()
+    # Ray's notices of ray.init are filed (its token notice only where no token was made yet)
+    assert "Started a local Ray instance" in (tmp_path / "grokray-results" / "library-notices.log").read_text()
 
 
 def test_printed_commands_run_as_printed_when_the_venv_is_not_activated(tmp_path, monkeypatch):

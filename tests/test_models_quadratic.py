@@ -54,8 +54,8 @@ def test_classification_with_normalized_gd_groks(classification):
             continue
         assert r.phase == "grokking" and r.step_train < 20, (point, r.step_train, r.step_val)
         # the hidden units become single Fourier modes over Z_23 as the net generalizes (seed 0: 0.27 -> 0.88)
-        fourier = r.curve["fourier_concentration"]
-        assert fourier[0] < 0.35 and fourier[-1] > 0.7, (point, fourier[0], fourier[-1])
+        fourier = [v for v in r.curve["fourier_concentration"] if v is not None]  # a crossing's row measures
+        assert fourier[0] < 0.35 and fourier[-1] > 0.7, (point, fourier[0], fourier[-1])  # the accuracies only
         if point["threshold"] == 0.8:
             assert 150 <= r.step_val <= 600, (point, r.step_val)
         else:

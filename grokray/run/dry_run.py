@@ -1,0 +1,13 @@
+"""The dry-run's estimate of a plan, one assembly for `grokray run --dry-run` and `grokray search --dry-run`: its
+step costs measured on this machine, its budget use taken from the store's earlier runs of the spec, if any."""
+
+from __future__ import annotations
+
+from ..plan.estimate import BudgetUse, estimate_plan, plan_budget
+from ..tracking.client import resolve_tracking_uri
+from ..tracking.history import measured_budget_use
+
+
+def estimate(plan, spec_name: str, tracking_uri: str | None, calibrate: bool, **kwargs):
+    found = measured_budget_use(resolve_tracking_uri(tracking_uri), spec_name, plan_budget(plan))
+    return estimate_plan(plan, calibrate_costs=calibrate, use=BudgetUse(*found) if found else None, **kwargs)

@@ -37,6 +37,17 @@ GROKRAY = Path(sys.executable).with_name("grokray")
 LONG = ["phases.stop_when_classified=false", "resources.pack_size=4", "seeds=[0]"]
 
 
+@pytest.fixture()
+def server(tmp_path):
+    """An `mlflow server` on 127.0.0.1 over SQLite, stopped and started by the test (the outage tests of
+    test_reliability.py run the same delivery path on PostgreSQL too; these keep CI's time down)."""
+    from grokray.tracking.local_servers import MlflowServer
+
+    srv = MlflowServer(tmp_path).start()
+    yield srv
+    srv.stop()
+
+
 def parents(uri: str, experiment: str) -> list:
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)

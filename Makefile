@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# The CPU build of torch first, so nothing pulls a multi-GB CUDA build.
+	# torch first, pinned: where pip is offered a CPU build of it (CI, the dev machines) nothing pulls a CUDA
+	# build; on plain PyPI this is the default (CUDA) wheel: see the README for the CPU index.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP)

@@ -45,8 +45,8 @@ def supervise(argv: list[str]) -> int:
 
     def pass_on(signum, frame):
         stopping.append(time.monotonic())
-        try:
-            os.kill(driver.pid, signum)
+        try:  # a hang-up (the terminal closed) stops the launch as SIGTERM does, cleanly
+            os.kill(driver.pid, signal.SIGTERM if signum == signal.SIGHUP else signum)
         except ProcessLookupError:
             pass
 

@@ -89,6 +89,7 @@ def test_every_mistake_options_and_spec_is_reported_at_once(tmp_path, monkeypatc
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.library  # a whole search through the CLI (~50 s): CI's `make library`, beside the other launches
 def test_a_launch_prints_no_library_notice_and_files_them_beside_its_results(tmp_path):
     """Issue 39: Ray's token notice, MLflow's table creation, Optuna's ExperimentalWarning and Tune's
     max_concurrent_trials note read like misconfiguration. A search (all four libraries) through the CLI as a user

@@ -180,8 +180,11 @@ def _analyze(args) -> int:
         result = analyze(args.output, experiment=args.experiment, parent_run_id=args.parent, x=args.x, y=args.y,
                          compare_to=args.compare, tracking_uri=uri, representations=args.representations,
                          log=not args.no_log, all_parents=args.all_parents)
-    except (KeyError, ValueError) as exc:
-        raise SpecError("--experiment" if args.parent is None else "--parent", str(exc).strip("'\"")) from None
+    except (KeyError, ValueError) as exc:  # the flag the message names (--x, --y), else where the runs came from
+        text = str(exc).strip("'\"")
+        flag, _, rest = text.partition(": ")
+        raise (SpecError(flag, rest) if flag in ("--x", "--y") else
+               SpecError("--experiment" if args.parent is None else "--parent", text)) from None
     print("\n".join(summary_lines(result)))
     pngs = [str(f) for f in result.files if f.suffix == ".png"]
     print(f"figures: {', '.join(pngs)}")

@@ -158,6 +158,9 @@ def test_analyze_cli_errors_are_one_line(store, tmp_path, capsys):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("grokray: error:") and "\n" not in err and needle in err
+    # a typo in an axis is blamed on the axis flag, not on --experiment (issue 39)
+    assert main([*base, "--experiment", "quickstart", "--y", "optim.decoder.lrr"]) == 2
+    assert capsys.readouterr().err.startswith("grokray: error: --y: 'optim.decoder.lrr' is not a parameter")
 
 
 def test_final_states_saved_and_representation_metrics(store):

@@ -209,6 +209,13 @@ def axis_values(path: str, axis) -> list:
     return [float(v) for v in fn(start, stop, num)]
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """safe_dump without anchors and aliases."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
 @dataclass
 class Spec:
     name: str
@@ -245,11 +252,7 @@ class Spec:
     def yaml(self) -> str:
         """The resolved spec as YAML, without anchors: a preset that reuses a value (`&id001`, `*id001`) reads as
         written out in full, in the parent's description and its spec artifact."""
-        class Plain(yaml.SafeDumper):
-            def ignore_aliases(self, data):
-                return True
-
-        return yaml.dump(self.raw, Dumper=Plain, sort_keys=False)
+        return yaml.dump(self.raw, Dumper=_PlainDumper, sort_keys=False)
 
     def hash(self) -> str:
         """Identity of what the spec trains (after presets and overrides): how a resume or the atlas finds it."""

@@ -68,20 +68,24 @@ def supervise(argv: list[str]) -> int:
     return code if code >= 0 else 128 - code
 
 
-def session_members(sid: int) -> list[int]:
-    """Processes of session `sid` (Linux /proc; Ray's workers make process groups of their own, but stay in it)."""
-    pids = []
+def process_table() -> dict[int, tuple[str, int, int, int]]:
+    """pid -> (state, parent pid, process group, session) of every process (Linux /proc; empty elsewhere)."""
+    table = {}
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
+                state, ppid, pgrp, sid = fh.read().rsplit(")", 1)[1].split()[:4]
+        except (OSError, ValueError):
             continue
-        if int(fields[3]) == sid:  # state, ppid, pgrp, session
-            pids.append(int(entry.name))
-    return pids
+        table[int(entry.name)] = (state, int(ppid), int(pgrp), int(sid))
+    return table
+
+
+def session_members(sid: int) -> list[int]:
+    """Processes of session `sid` (Ray's workers make process groups of their own, but stay in it)."""
+    return [pid for pid, (_, _, _, session) in process_table().items() if session == sid]
 
 
 def _kill_session(sid: int) -> None:

@@ -23,6 +23,7 @@ from test_reliability import children, report, wait_for
 
 from grokray.engine.schedule import record_steps
 from grokray.spec import load_spec
+from grokray.supervisor import process_table
 from grokray.tracking.local_servers import LocalPostgres, MlflowServer, free_port, missing_reason
 
 pytestmark = pytest.mark.reliability
@@ -34,16 +35,7 @@ LONG = ["phases.stop_when_classified=false", "seeds=[0]", "resources.pack_size=4
 
 def _procs() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, process group) of every live process."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                out[int(entry.name)] = (int(fields[1]), int(fields[2]))
-    return out
+    return {pid: (ppid, pgrp) for pid, (state, ppid, pgrp, _) in process_table().items() if state != "Z"}
 
 
 def _group_and_children(pgid: int) -> set[int]:

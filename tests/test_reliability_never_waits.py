@@ -26,7 +26,7 @@ from test_reliability import check_complete, replayed_dir, report, sweep_options
 from test_reliability_drivers import adaptive_spec, check_children, search_overrides
 
 from grokray.spec import load_spec
-from grokray.supervisor import session_members
+from grokray.supervisor import process_table, session_members
 from grokray.terminal import launch_end
 
 pytestmark = pytest.mark.reliability
@@ -192,16 +192,9 @@ def test_ctrl_c_then_resume_starts_no_configuration_twice(tmp_path):
 
 
 def _ours(pid: int) -> set[int]:
-    """The processes of a launch whose CLI process is `pid`: its session, and its driver's session."""
-    sessions = {pid}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:  # a child of the CLI: the driver, a session leader of its own
-                sessions.add(int(entry.name))
+    """The processes of a launch whose CLI process is `pid`: its session, and its driver's (a child of the CLI
+    that leads a session of its own)."""
+    sessions = {pid, *(p for p, (_, ppid, _, _) in process_table().items() if ppid == pid)}
     return {p for s in sessions for p in session_members(s)}
 
 

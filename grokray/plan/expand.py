@@ -7,10 +7,9 @@ Each trial receives its pack as plain dicts (`Plan.pack_dicts`) and rebuilds the
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ..engine import make_trainer, max_pack_size, pack_signature
 from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size, local_gpu_free_bytes, out_of_memory
@@ -232,16 +231,13 @@ def check_fits(spec: Spec, configs: list, most: int = 8) -> None:
     if spec.resources.gpu > 0:
         return
     shapes: dict[str, TrialConfig] = {}
-    for c in configs:
-        d = c.to_dict()
-        shapes.setdefault(json.dumps([d["model"], d["task"], d["train"].get("batch_size")], sort_keys=True,
-                                     default=str), c)
+    for c in configs:  # the dataclasses' reprs: cheap for a sweep of 1e5 configurations
+        shapes.setdefault(repr((c.model, c.task, c.train.batch_size)), c)
 
     def width(c: TrialConfig) -> float:
-        model = c.to_dict()["model"]
-        numbers = [v for v in model.values() if isinstance(v, int | float) and not isinstance(v, bool)]
-        numbers += [x for v in model.values() if isinstance(v, list) for x in v if isinstance(x, int | float)]
-        return sum(abs(x) for x in numbers)
+        values = list(asdict(c.model).values())
+        values += [x for v in values if isinstance(v, list | tuple) for x in v]
+        return sum(abs(x) for x in values if isinstance(x, int | float) and not isinstance(x, bool))
 
     for config in sorted(shapes.values(), key=width, reverse=True)[:most]:
         _capped(config, lambda c=config: make_trainer([c], device="cpu"))

@@ -185,7 +185,7 @@ class Launch:
 
     def tuner(self, name: str, ctx: TrialContext | None = None, *, packs: list[dict] | None = None,
               total_configs: int = 0, total_work: float = 0.0, restore: str | None = None, search_alg=None,
-              scheduler=None, num_samples: int = 1, max_concurrent: int | None = None,
+              scheduler=None, num_samples: int = 1,
               checkpoints_kept: int = 2) -> tune.Tuner:
         """A Tuner over `train_pack`: a grid over `packs`, or `num_samples` trials proposed by `search_alg`; or
         the Tune experiment at `restore`, continued (finished trials are not run again)."""
@@ -209,8 +209,7 @@ class Launch:
             tune_config=tune.TuneConfig(
                 search_alg=search_alg, scheduler=scheduler, num_samples=num_samples,
                 # a searcher is limited by its ConcurrencyLimiter (Tune ignores this beside one, and says so)
-                max_concurrent_trials=None if search_alg is not None else
-                max_concurrent if max_concurrent is not None else opts.max_concurrent,
+                max_concurrent_trials=None if search_alg is not None else opts.max_concurrent,
                 trial_name_creator=trial_name, trial_dirname_creator=trial_dirname),
             run_config=tune.RunConfig(
                 name=name, storage_path=self.storage, verbose=0,

@@ -24,7 +24,7 @@ class LaunchOptions:
     progress: str = "auto"  # auto: a live line on a terminal, plain lines every 30 s in a log; always; never
     num_cpus: int | None = None  # local Ray only
     max_failures: int = 3  # Tune's retries of a trial whose worker died
-    delivery_wait_s: float = 60.0  # after a tracking outage: how long a pack, then the driver, retries the backlog
+    delivery_wait_s: float = 60.0  # after a tracking outage: how long the launch's close retries the backlog, once
     buffer_points: int = 200_000  # metric points a worker holds in memory while the tracking server is away
     parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
 

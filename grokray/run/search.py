@@ -195,7 +195,7 @@ def _tuner(launch: Launch, spec: Spec, cfg: SearchConfig, study, storage, to_run
     name = f"{cfg.study}-search_{time.strftime('%Y%m%d-%H%M%S')}"
     runs = to_run * len(spec.seeds)  # the progress line counts runs: a trial is a pack of its seeds
     return launch.tuner(name, ctx, search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrent),
-                        scheduler=scheduler, num_samples=to_run, max_concurrent=concurrent,
+                        scheduler=scheduler, num_samples=to_run,
                         total_configs=runs, total_work=float(runs * budget), checkpoints_kept=1)
 
 

@@ -13,7 +13,6 @@ from .parent import ParentRun
 class BackgroundDelivery:
     def __init__(self, parent: ParentRun, every_s: float = 5.0):
         self.parent, self.every_s = parent, every_s
-        self.delivered = 0  # batches this thread delivered (the reliability tests read it)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="grokray-delivery", daemon=True)
 
@@ -35,8 +34,7 @@ class BackgroundDelivery:
             return
         files = [p for p in spool_files(self.parent.spool_dir) if p.name.endswith(HANDED_OVER)]
         if files and self.parent.answers():
-            self.delivered += replay_dir(self.parent.spool_dir, self.parent.client, only=files,
-                                         resolved=self.parent.courier.resolved)[0]
+            replay_dir(self.parent.spool_dir, self.parent.client, only=files, resolved=self.parent.courier.resolved)
 
     def stop(self) -> None:
         self._stop.set()

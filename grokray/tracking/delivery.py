@@ -99,15 +99,15 @@ def resolve_run(client, batch: Batch, resolved: dict[str, str], attempts: int = 
         return resolved[batch.key]
     create = dict(batch.create or {})
     tags = dict(create.get("tags") or {})
-    if create.get("launch_key"):  # the parent itself
-        exp_id = get_or_create_experiment(client, create["experiment_name"])
-        found = retry(client.search_runs, [exp_id], filter_string=launch_filter(create["launch_key"]),
-                      max_results=1, attempts=attempts)
-        run_id = found[0].info.run_id if found else retry(
-            client.create_run, exp_id, run_name=create.get("run_name"), tags=tags,
-            start_time=create.get("start_time"), attempts=attempts).info.run_id
-        resolved[batch.key], resolved[f"experiment:{batch.key}"] = run_id, exp_id
-        return run_id
+    if create.get("launch_key"):  # the parent itself: found by its launch key, else made with its experiment
+        try:
+            return resolve_parent(client, create["experiment_name"], create["launch_key"], resolved, attempts)[1]
+        except ParentNotCreated:
+            exp_id = get_or_create_experiment(client, create["experiment_name"])
+            run_id = retry(client.create_run, exp_id, run_name=create.get("run_name"), tags=tags,
+                           start_time=create.get("start_time"), attempts=attempts).info.run_id
+            resolved[f"experiment:{batch.key}"], resolved[batch.key] = exp_id, run_id
+            return run_id
     if create.get("parent_key"):  # a child of a parent made late
         create["experiment_id"], tags[PARENT_ID_TAG] = resolve_parent(
             client, create["experiment_name"], create["parent_key"], resolved, attempts)

@@ -68,7 +68,8 @@ class RunTarget:
     swept: tuple[str, ...] = ()
     log_axes: tuple[str, ...] = ()
     spool_dir: str = ""  # undelivered batches (default: ~/.grokray/undelivered/<parent>)
-    delivery_wait_s: float = 60.0  # after an outage: how long the driver retries the backlog at its close
+    delivery_wait_s: float = 60.0  # unused by the worker now (it hands its backlog over); kept so that a Tune
+    # experiment saved by an earlier grokray, whose trials carry it, still restores
     buffer_points: int = 200_000  # metric points held in memory while the server is away
     buffer_block_s: float = 0.0  # how long a full buffer may hold training up before it spills to disk only
     concurrency: int = SERVER_CONCURRENCY  # requests in flight to a tracking server

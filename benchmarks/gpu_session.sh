@@ -137,7 +137,7 @@ if [ "$(left)" -gt 90 ]; then
   step grokfast-published $(( $(left) - 15 )) "$PY" -m grokray atlas --scale "$SCALE_6B" sweeps/grokfast_*.yaml \
     -o "$W/atlas-grokfast" --tracking-uri "sqlite:///$W/grokfast.db" --storage "$RESULTS" --progress always \
     -s "resources.gpu=$GPU" -s search.n_trials=1 -s search.max_concurrent=1 -s "train.steps=$BUDGET" \
-    -s "phases.budget=$BUDGET"
+    -s "phases.budget=$BUDGET" -s search.asha=null
   sed -n '/^| method/,/^$/p' "$W/atlas-grokfast/grokfast-methods-$SCALE_6B.md" 2>/dev/null >> "$SUMMARY"
 else
   say "grokfast published settings: skipped, $(left) s left"

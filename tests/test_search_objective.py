@@ -62,6 +62,7 @@ def test_default_penalty_is_twice_the_budget_and_must_exceed_it():
     ("search.max_concurrent=0", r"search.max_concurrent: got 0; must be >= 1"),
     ("search.asha={grace: 0}", r"search.asha.grace: got 0; must be >= 1"),
     ("search.asha={reduction_factor: 2}", r"search.asha.grace: missing"),
+    ("search.asha={grace: 100000000}", r"search.asha.grace: got 100000000; must be at most \d+ \(train.steps"),
     ("search.pruner=asha", r"search.pruner: unknown key"),
     ("search.space.seed={categorical: [0, 1]}", r"search.space.seed: the spec counts seeds \[1, 2\]"),
 ])

@@ -208,6 +208,9 @@ def parse_search(spec: Spec) -> SearchConfig:
     if penalty <= budget:
         raise SpecError("search.penalty", f"got {penalty:g}; must exceed phases.budget ({budget}) so a trial that "
                                           "never generalizes ranks below every one that does")
+    if asha is not None and asha.grace > base.budget_steps:
+        raise SpecError("search.asha.grace", f"got {asha.grace}; must be at most {base.budget_steps} (train.steps cut "
+                        "at phases.budget), the last step a trial reaches; or set search.asha: null to prune nothing")
     for key in ("phases.budget", "train.steps", "phases.threshold"):
         if key in space:
             raise SpecError(f"search.space.{key}", "cannot be searched: objectives compare crossing steps under "

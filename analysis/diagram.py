@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from grokray.phases import PHASES
+from grokray.phases import PHASES, UNDECODABLE  # UNDECODABLE: also a cell whose every split is below the threshold
 
 __all__ = ["Comparison", "FractionCurve", "PhaseGrid", "compare", "generalization_vs_fraction", "is_log_spaced",
            "log_axes", "phase_counts", "phase_grid", "pivot", "remaining_axes", "transition_lines"]
@@ -171,7 +171,6 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
                      _sorted_unique(cells[y]), facet_values, phases, steps)
 
 
-UNDECODABLE = "undecodable"  # a cell whose every split is below the threshold's ideal accuracy: no phase to show
 
 
 def undecodable(runs: pd.DataFrame, threshold: float = 0.9) -> pd.Series:
@@ -199,9 +198,12 @@ def pivot(grid: PhaseGrid, value: str = "phase", facet_value: tuple = ()) -> pd.
 
 
 def phase_counts(df: pd.DataFrame) -> pd.Series:
-    """Runs per phase, every phase listed (zeros included), in the fixed phase order."""
+    """Runs per phase, every phase listed (zeros included), in the fixed phase order; runs on an undecodable split
+    count as such (grokray.phases.counted_phase), listed only when there are some."""
     phases = phase_order(df)
-    return df["phase"].value_counts().reindex(list(phases), fill_value=0).astype(int).rename("runs")
+    phase = df["phase"].mask(undecodable(df) & (df["phase"] != "diverged"), UNDECODABLE)
+    order = list(phases) + ([UNDECODABLE] if (phase == UNDECODABLE).any() else [])
+    return phase.value_counts().reindex(order, fill_value=0).astype(int).rename("runs")
 
 
 # -- comparison ----------------------------------------------------------------------------------------------

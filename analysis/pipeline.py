@@ -47,6 +47,7 @@ def default_axes(df: pd.DataFrame, x: str | None = None, y: str | None = None) -
     for name, axis in (("--x", x), ("--y", y)):
         if axis is not None and axis not in df:
             raise ValueError(f"{name}: {axis!r} is not a parameter of these runs; swept axes: {swept}")
+    swept = [a for a in swept if df[a].notna().any()]  # a parameter no run set (None) is no axis
     cands = [a for a in swept if a != "seed" and df[a].nunique(dropna=False) > 1]
     cands += [a for a in swept if a != "seed" and a not in cands]
     if "seed" in df:

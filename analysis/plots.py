@@ -69,6 +69,11 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _slot_key(v):
+    """NaN (a parameter a run did not set) as one hashable key: NaN never equals itself, so a dict misses it."""
+    return "nan" if isinstance(v, float | np.floating) and np.isnan(v) else v
+
+
 class CellAxis:
     """Cell geometry of one diagram axis: numeric (linear or log) or categorical (evenly spaced)."""
 
@@ -82,7 +87,7 @@ class CellAxis:
             # irregular linear values (wd 0..10, 20) get evenly spaced slots so no cell is a sliver
             self.numeric = bool(np.allclose(gaps, gaps[0], rtol=1e-6))
         if not self.numeric:
-            self.pos = {v: float(i) for i, v in enumerate(values)}
+            self.pos = {_slot_key(v): float(i) for i, v in enumerate(values)}
             centres = np.arange(max(len(values), 1), dtype=float)  # an empty axis still gets one slot
             self.edges = np.concatenate([[-0.5], centres + 0.5])
             return
@@ -99,7 +104,7 @@ class CellAxis:
         self.pos = {val: k for k, val in enumerate(values)}
 
     def span(self, value) -> tuple[float, float]:
-        k = int(self.pos[value]) if not self.numeric else self.pos[value]
+        k = int(self.pos[_slot_key(value)]) if not self.numeric else self.pos[value]
         return float(self.edges[k]), float(self.edges[k + 1])
 
     def style(self, ax, which: str, label: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.colors import LogNorm, Normalize, to_rgba
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from .diagram import UNDECODABLE, Comparison, PhaseGrid
 from .plots import (
@@ -114,10 +115,14 @@ def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None, 
                                         zip(cells["share_generalized"].fillna(1.0), voters, strict=True)])
         if grid.facets:
             ax.set_title(facet_title(grid, fv), fontsize=9)
-    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(),
-                       label=f"median {unit} to generalize\n(grey: most seeds never did; k/n: seeds that did)")
-    if isinstance(norm, LogNorm):
-        steps_ticks(bar.ax.yaxis)
+    if len(finite):
+        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(),
+                           label=f"median {unit} to generalize\n(grey: most seeds never did; k/n: seeds that did)")
+        if isinstance(norm, LogNorm):
+            steps_ticks(bar.ax.yaxis)
+    else:  # a colour bar would show a scale no cell uses
+        fig.legend(handles=[Patch(facecolor=NEVER_COLOR, label="no cell generalized\nwithin the budget")],
+                   loc="outside right center", frameon=False)
     titled(fig, title or f"{unit} to generalize", subtitle)
     return finish_figure(fig, path)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from .config import PhaseConfig
 
 PHASES = ("comprehension", "grokking", "memorization", "confusion", "val_without_train", "diverged")
+UNDECODABLE = "undecodable"  # counted apart: the split itself cannot reach the threshold on validation
 
 
 def _within(step: int | None, budget: int) -> bool:
@@ -38,6 +39,20 @@ def classify(step_train: int | None, step_val: int | None, diverged: bool, cfg: 
 def is_decided(step_train: int | None, step_val: int | None, diverged: bool, step: int, cfg: PhaseConfig) -> bool:
     """True once no later step can change the phase: both crossings seen, diverged, or budget spent."""
     return diverged or (step_train is not None and step_val is not None) or step >= cfg.budget
+
+
+def counted_phase(phase: str, ideal_val_acc: float | None, threshold: float) -> str:
+    """What a run counts as in phase counts. A split whose ideal val accuracy (Liu's Appendix E) is below the
+    threshold cannot generalize whatever the model does, so its memorization or confusion says nothing about the
+    model: it counts as undecodable, as the diagram draws it. Divergence is the model's own, so it stays."""
+    if ideal_val_acc is not None and ideal_val_acc < threshold and phase != "diverged":
+        return UNDECODABLE
+    return phase
+
+
+def ordered(counts) -> list[str]:
+    """The phases present in counts, in the table's order (then any other label, such as undecodable, sorted)."""
+    return [p for p in PHASES if p in counts] + sorted(p for p in counts if p not in PHASES)
 
 
 def gap(step_train: int | None, step_val: int | None) -> int | None:

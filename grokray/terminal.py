@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-PHASE_ORDER = ("comprehension", "grokking", "memorization", "confusion")
+from .phases import ordered
 
 EXAMPLES = """examples:
   grokray train sweeps/quickstart.yaml -s optim.decoder.lr=3e-4       one configuration, its curve and phase
@@ -53,9 +53,8 @@ def phase_line(result, threshold: float) -> str:
 def phase_table(counts: dict[str, int], total: int | None = None) -> str:
     """Counts per phase (the four of Liu et al. first, then any others such as diverged), with shares."""
     total = total if total is not None else sum(counts.values())
-    names = [p for p in PHASE_ORDER if p in counts] + sorted(p for p in counts if p not in PHASE_ORDER)
     lines = [f"{'phase':<15} {'runs':>5} {'share':>6}"]
-    for p in names:
+    for p in ordered(counts):
         lines.append(f"{p:<15} {counts[p]:>5} {counts[p] / max(total, 1):>6.0%}")
     missing = total - sum(counts.values())
     if missing > 0:

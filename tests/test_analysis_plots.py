@@ -134,3 +134,14 @@ def test_save_figure_formats(tmp_path, formats):
     fig = plots_diagram.plot_phase_diagram(phase_grid(make_runs(), X, Y))
     paths = plots.save_figure(fig, tmp_path / "sub" / "x.png", formats=formats)
     assert [p.suffix for p in paths] == ["." + f for f in formats] and all(p.exists() for p in paths)
+
+
+def test_a_heatmap_where_nothing_generalized_has_no_colour_bar():
+    """Every cell grey: a colour scale would stand for steps no run took, so the figure says 'never' instead."""
+    table = {(1e-4, 0): ["memorization"] * 3, (1e-3, 0): ["confusion"] * 3}
+    fig = plots_diagram.plot_steps_heatmap(phase_grid(make_runs(table), X, Y))
+    assert len(fig.axes) == 1  # the diagram's panel alone: no colour-bar axes
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["no cell generalized\nwithin the budget"]
+    some = plots_diagram.plot_steps_heatmap(phase_grid(make_runs(), X, Y))
+    assert len(some.axes) == 2 and not some.legends  # with steps to show, the bar is back

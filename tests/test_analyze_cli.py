@@ -4,6 +4,7 @@ for the module, tracked in a tmp SQLite MLflow store."""
 
 import itertools
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ X, Y = "optim.decoder.lr", "optim.decoder.weight_decay"
 RFM_ARGS = ["--scale", "smoke", "-s", "task.p=11", "-s", "train.steps=4", "-s", "phases.budget=4",
             "-s", "sweep.task.op.values=[add]", "-s", "sweep.model.kernel.values=[gaussian]"]
 
+UNDECODABLE_ARGS = ["-s", "name=quickstart-seed0", "-s", "seeds=[0]", "-s", "sweep.optim.decoder.lr={values: [1e-3]}",
+                    "-s", "sweep.optim.decoder.weight_decay={values: [0]}"]
+
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
@@ -40,6 +44,8 @@ def store(tmp_path_factory):
     try:
         assert main(["run", str(QUICKSTART), "--scale", "smoke", "-s", "artifacts.final_state=true", *common]) == 0
         assert main(["run", str(RFM), *RFM_ARGS, "-s", "artifacts.final_state=true", *common]) == 0
+        # one configuration on seed 0's split, which withholds sums 0 and 18 (tests/test_ideal_accuracy.py)
+        assert main(["run", str(QUICKSTART), "--scale", "smoke", *UNDECODABLE_ARGS, *common]) == 0
     finally:
         ray.shutdown()
         os.chdir(cwd)
@@ -72,6 +78,23 @@ def test_diagram_counts_equal_mlflow_tags(store):
     assert len(grid.cells) == len(pairs) == 8  # one cell per axis pair (one seed)
     assert {(f"{a:.6g}", b) for a, b in zip(grid.cells[X], grid.cells[Y], strict=True)} == pairs
     assert (grid.cells["n"] == 1).all() and grid.x_log and not grid.y_log
+
+
+def test_an_undecodable_split_is_counted_apart_everywhere(store, capsys):
+    """Its memorization says nothing about the model: the parent's counts, the analysis table and the closing
+    table all count it as undecodable, as the diagram draws it."""
+    (run,) = _children(store, "quickstart-seed0")
+    assert run.data.metrics["ideal_val_acc"] < 0.9 and run.data.tags["grokray.phase"] in ("memorization", "confusion")
+    exp = store["client"].get_experiment_by_name("quickstart-seed0").experiment_id
+    (parent,) = store["client"].search_runs([exp], "tags.`grokray.role` = 'parent'")
+    assert {k: v for k, v in parent.data.tags.items() if k.startswith("grokray.phase_count.")} == \
+        {"grokray.phase_count.undecodable": "1"}
+    assert "| undecodable | 1 | 100% |" in parent.data.tags["mlflow.note.content"]
+    counts = phase_counts(load_runs("quickstart-seed0", tracking_uri=store["uri"]))
+    assert counts[counts > 0].to_dict() == {"undecodable": 1}
+    assert main(["analyze", "--experiment", "quickstart-seed0", "--tracking-uri", store["uri"],
+                 "-o", str(store["tmp"] / "seed0")]) == 0
+    assert re.search(r"undecodable\s+1\s+100%", capsys.readouterr().out)
 
 
 def test_compare_with_itself_is_empty(store):

@@ -53,3 +53,15 @@ def test_decided_only_when_nothing_can_change():
     assert not is_decided(None, 10, False, 5000, CFG)  # train could still cross
     assert is_decided(10, None, False, 10_000, CFG)  # budget spent
     assert gap(10, 25) == 15 and gap(None, 3) is None
+
+
+def test_an_undecodable_split_counts_apart_but_a_divergence_stays_the_models():
+    from grokray.phases import UNDECODABLE, counted_phase, ordered
+
+    assert counted_phase("memorization", 0.8, 0.9) == UNDECODABLE
+    assert counted_phase("confusion", 0.8, 0.9) == UNDECODABLE
+    assert counted_phase("diverged", 0.8, 0.9) == "diverged"
+    assert counted_phase("memorization", 0.9, 0.9) == "memorization"  # the split can just reach it: it counts
+    assert counted_phase("memorization", None, 0.9) == "memorization"  # a task without the ideal accuracy
+    assert ordered({"undecodable": 1, "diverged": 2, "grokking": 3, "zeta": 1}) == \
+        ["grokking", "diverged", "undecodable", "zeta"]

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 
+from ..phases import ordered
 from ..search.artifacts import ARTIFACT_DIR as SEARCH_DIR
 from ..search.artifacts import SLICES_PNG
 from ..spec import Spec
@@ -18,7 +19,6 @@ from ..tracking.parent import ParentRun
 from ..tracking.schema import ANALYSIS_DIR, NOTE_TAG
 
 NOTE_MAX = 5800  # tags are cut at tracking.client.MAX_VALUE_LEN; a long spec is cut here, the whole one is an artifact
-PHASE_ORDER = ("comprehension", "grokking", "memorization", "confusion")
 
 
 def _axis_text(values: list) -> str:
@@ -28,9 +28,8 @@ def _axis_text(values: list) -> str:
 
 def phase_rows(counts: dict[str, int]) -> list[str]:
     total = max(1, sum(counts.values()))
-    names = [p for p in PHASE_ORDER if p in counts] + sorted(p for p in counts if p not in PHASE_ORDER)
     return ["| phase | runs | share |", "|---|---|---|",
-            *(f"| {p} | {counts[p]} | {counts[p] / total:.0%} |" for p in names)]
+            *(f"| {p} | {counts[p]} | {counts[p] / total:.0%} |" for p in ordered(counts))]
 
 
 def parent_note(spec: Spec, kind: str, status: str, counts: dict[str, int], configurations: int, wall_s: float,

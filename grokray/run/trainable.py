@@ -20,6 +20,7 @@ from ray import tune
 from ..engine import load_checkpoint, make_trainer, save_checkpoint
 from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
+from ..phases import counted_phase
 from ..search.objective import report_metrics
 from ..spec import parse_trial
 from ..tracking.pack_runs import PackTracker
@@ -28,11 +29,12 @@ from .context import TrialContext
 CHECKPOINT_FILE = "pack.pt"
 
 
-def _phase_counts(trainer, results) -> dict[str, int]:
+def _phase_counts(trainer, results, thresholds) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for stopped, result in zip(trainer.stopped_at, results, strict=True):
+    for stopped, result, threshold in zip(trainer.stopped_at, results, thresholds, strict=True):
         if stopped is not None:
-            counts[result.phase] = counts.get(result.phase, 0) + 1
+            phase = counted_phase(result.phase, result.ideal_val_acc, threshold)
+            counts[phase] = counts.get(phase, 0) + 1
     return counts
 
 
@@ -120,7 +122,7 @@ def train_pack(config: dict) -> None:
             "total": trainer.total,
             "members": trainer.K,
             "members_done": sum(s is not None for s in trainer.stopped_at),
-            "phases": _phase_counts(trainer, results),
+            "phases": _phase_counts(trainer, results, thresholds),
             "node_id": node_id,
             "restored_from": restored_from,
             "train_s": train_s,

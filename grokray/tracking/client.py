@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from ..errors import SpecError
+from ..phases import counted_phase
 from .schema import PHASE_TAG, TRIAL_KEY_TAG, children_filter, parent_filter
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -255,10 +256,13 @@ def run_is_active(client: MlflowClient, run_id: str) -> bool:
 
 
 def phase_counts(runs) -> dict[str, int]:
+    """Classified runs per phase, an undecodable split counted apart (grokray.phases.counted_phase)."""
     counts: dict[str, int] = {}
     for r in runs:
         phase = r.data.tags.get(PHASE_TAG)
         if phase:
+            threshold = float(r.data.params.get("phases.threshold", 0.9))
+            phase = counted_phase(phase, r.data.metrics.get("ideal_val_acc"), threshold)
             counts[phase] = counts.get(phase, 0) + 1
     return dict(sorted(counts.items()))
 

@@ -263,6 +263,16 @@ def test_title_is_the_headers_first_sentence_across_wrapped_lines():
     assert expected_text(lines) == "Expected: steep rise."
 
 
+@pytest.mark.parametrize("spec", sorted((ROOT / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_page_quotes_what_its_paper_shows_not_itself(spec):
+    """'What the paper shows' is the header's Expected paragraph: a claim to check, never a pointer back to the
+    page it is printed on, and without the scale notes that follow it."""
+    lines = [line[1:].strip() for line in spec.read_text().splitlines() if line.startswith("#")]
+    text = expected_text(lines)
+    assert text.startswith("Expected") and len(text) > 40
+    assert f"docs/atlas/{spec.stem}" not in text and "Scales:" not in text
+
+
 def test_a_killed_segment_keeps_the_wall_time_its_clock_logged(tmp_path):
     """The driver of a piece can be killed (a session ends, a node dies) before its segment's end is logged: the
     clock's heartbeats, on the parent `grokray run` makes after the clock starts, are what the page reads then."""

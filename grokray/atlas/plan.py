@@ -55,7 +55,7 @@ def header_lines(path: Path) -> list[str]:
     return lines
 
 
-_KEY_LINE = r"^(Expected|Full scale|Measured|Source|Axes|Start|Searched|Cross-entropy|Offline)\b"
+_KEY_LINE = r"^(Expected|Full scale|Measured|Source|Axes|Start|Searched|Cross-entropy|Offline|Scales)\b"
 
 
 def title_text(lines: list[str]) -> str:

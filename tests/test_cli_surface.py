@@ -128,3 +128,27 @@ def test_printed_commands_run_as_printed_when_the_venv_is_not_activated(tmp_path
                           text=True).stdout.startswith("grokray ")
     monkeypatch.setenv("PATH", f"{mine.parent}:/usr/bin:/bin")  # activated
     assert shutil.which("grokray") and grokray_command() == "grokray"
+
+
+def test_a_private_ray_runs_trials_at_the_users_priority_and_a_busy_machine_is_said(tmp_path, monkeypatch):
+    """Issue 39: Ray's workers ran at nice 15, so `make demo` stalled for 25 minutes beside another job, unsaid.
+    A private Ray's workers run at the user's own priority (a niceness set in the environment is kept), and a
+    machine other jobs already load is said before the launch."""
+    import ray
+
+    from grokray.run.cluster import WORKER_NICENESS, busy_machine_note, start_ray
+    from grokray.run.options import LaunchOptions
+
+    assert busy_machine_note(cores=2, load=0.4) is None
+    assert busy_machine_note(cores=2, load=2.3) == (
+        "grokray: this machine is busy (load average 2.3 on 2 cores) before the launch starts: its trials share "
+        "the cores with those jobs, so expect it slower than the dry-run's estimate")
+    assert busy_machine_note(cores=16, load=4.0) is None
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(WORKER_NICENESS, raising=False)
+    assert start_ray(LaunchOptions(tracking_uri=f"sqlite:///{tmp_path}/m.db", storage=str(tmp_path), num_cpus=1))
+    try:
+        assert ray.get(ray.remote(lambda: os.nice(0)).remote()) == 0
+    finally:
+        ray.shutdown()
+    assert WORKER_NICENESS not in os.environ  # set only for Ray's start

@@ -177,6 +177,26 @@ def test_progress_is_a_live_line_on_a_terminal_and_plain_lines_in_a_log(capsys, 
     assert capsys.readouterr().out.startswith("\r[grokray] 3/10 configurations")
 
 
+def test_progress_keeps_talking_between_reports_and_counts_a_stopped_member_as_its_budget(capsys):
+    """Issue 39: a log got no line for 25 minutes while packs trained; the ETA swung with early stoppers."""
+    from grokray.run.progress import ProgressLine
+
+    class T:
+        trial_id = "0"
+
+    line = ProgressLine(total_configs=4, total_work=4 * 1000, mode="always", every_s=30)
+    line.setup()
+    # one pack of 4: one member classified at step 200 (its budget is 1000), three still at step 500
+    line.on_trial_result(0, [], T(), {"members_done": 1, "members": 4, "step": 500, "total": 1000, "phases": {}})
+    line.start -= 100  # 100 s in: (1000 + 3 x 500) / 4000 = 62.5 % done, so 60 s to go
+    assert line.line().endswith("1m40s ETA 1m00s"), line.line()
+    line.on_step_end(0, [])  # within the interval: nothing new to say
+    line.last_plain -= 30  # the interval passed without a report
+    line.on_step_end(0, [])
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and printed[1].endswith("1m40s ETA 1m00s"), printed
+
+
 def test_a_sweep_in_a_log_says_how_far_it_is(tmp_path):
     """`grokray run` with stdout in a file (nohup, ray job submit): progress lines, not minutes of silence."""
     log = tmp_path / "run.log"
@@ -217,3 +237,15 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
     assert "continue it with --resume" in out
     parent = client.search_runs([exp.experiment_id], "tags.`grokray.role` = 'parent'")
     assert [p.info.status for p in parent] == ["KILLED"]
+
+
+def test_a_slow_pack_cuts_its_chunks_to_report_every_interval():
+    """A chunk of `checkpoint_every` steps that would outlast the report interval is cut, so the progress line
+    and the curves in MLflow keep their interval on a big model or a busy machine (issue 39)."""
+    from grokray.run.trainable import FIRST_CHUNK, next_chunk
+
+    assert next_chunk(0, 0.0, 1000, 30.0) == FIRST_CHUNK  # first a short probe
+    assert next_chunk(FIRST_CHUNK, 6.0, 1000, 30.0) == 100  # 0.3 s a step: 100 steps fill the 30 s
+    assert next_chunk(100, 0.5, 1000, 30.0) == 1000  # fast again: back to checkpoint_every
+    assert next_chunk(1, 90.0, 1000, 30.0) == 1  # never below one step
+    assert next_chunk(0, 0.0, 300, 0.0) == next_chunk(300, 500.0, 300, 0.0) == 300  # a search: every chunk reports

@@ -20,6 +20,7 @@ from .signals import sigterm_as_ctrl_c
 
 DEFAULT_STORAGE = "grokray-results"
 LIBRARY_LOG = "library-notices.log"
+WORKER_NICENESS = "RAY_worker_niceness"  # Ray's own setting (ray_constants.RAY_WORKER_NICENESS); its default is 15
 
 
 def resolve_storage(storage: str | None) -> str:
@@ -48,6 +49,36 @@ def notices_to(path: Path):
         handler.close()
 
 
+@contextmanager
+def _env(name: str, value: str):
+    """`name` set to `value` for the processes started inside (Ray's raylet reads its settings at start)."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+def busy_machine_note(cores: int | None = None, load: float | None = None) -> str | None:
+    """Said before a private local Ray starts when other jobs already load this machine: its trials will share
+    the cores, so the sweep and its ETA run slower than the dry-run's estimate."""
+    cores = cores or os.cpu_count() or 1
+    load = os.getloadavg()[0] if load is None else load
+    if load < max(1.0, 0.75 * cores):
+        return None
+    return (f"grokray: this machine is busy (load average {load:.1f} on {cores} cores) before the launch starts: its "
+            "trials share the cores with those jobs, so expect it slower than the dry-run's estimate")
+
+
+def starts_private_ray(options) -> bool:
+    """True when this launch will start its own local Ray: no Ray up already, no --address, no RAY_ADDRESS."""
+    return not (ray.is_initialized() or options.address or os.environ.get("RAY_ADDRESS"))
+
+
 def start_ray(options) -> bool:
     """Join `options.address` / RAY_ADDRESS or start a private local Ray. True if we started (and must stop) it."""
     if ray.is_initialized():
@@ -58,7 +89,10 @@ def start_ray(options) -> bool:
         if address:
             ray.init(address=address, **quiet)
         else:
-            ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
+            # a private Ray's trials are the user's own job, as `grokray train` is: at Ray's default nice 15 any
+            # other job on the machine starves them. A niceness the user set in the environment is kept.
+            with _env(WORKER_NICENESS, os.environ.get(WORKER_NICENESS, "0")):
+                ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
     sigterm_as_ctrl_c()  # again: ray.init installs its own SIGTERM handler, which ends the driver at once
     return True
 
@@ -68,7 +102,7 @@ def check_gpu_request(spec: Spec, options) -> None:
     written. Joining a cluster (--address, RAY_ADDRESS, or a Ray already up), the GPUs are the workers' and are
     checked once joined (check_cluster_gpus); the driver of a CPU head has none of its own."""
     gpu = spec.resources.gpu
-    if gpu <= 0 or ray.is_initialized() or options.address or os.environ.get("RAY_ADDRESS"):
+    if gpu <= 0 or not starts_private_ray(options):
         return
     import torch
 

@@ -30,6 +30,7 @@ from ..tracking.client import resolve_tracking_uri
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
 from .cluster import (
+    busy_machine_note,
     check_cluster_gpus,
     check_gpu_request,
     gpu_free_bytes,
@@ -37,6 +38,7 @@ from .cluster import (
     resolve_storage,
     slots,
     start_ray,
+    starts_private_ray,
 )
 from .context import TrialContext
 from .options import LaunchOptions, LaunchSummary
@@ -108,13 +110,15 @@ class Launch:
         # MLflow is imported and its store opened (a new SQLite file runs the schema migrations) while Ray starts,
         # whose seconds go mostly to waiting for its processes: ~3 s of a laptop sweep's start hidden.
         ready = driver_imports_in_background(then=partial(ParentRun, self.uri, self.spec.name, self.storage))
+        # the load of other jobs, measured before our own trials add to it (a cluster's load is not ours to see)
+        busy = busy_machine_note() if starts_private_ray(self.options) else None
         self.started_ray = start_ray(self.options)
         self.timings["ray_start"] = time.time() - self.t_start
         try:
             check_cluster_gpus(self.spec)
-            note = idle_gpu_note(self.spec)
-            if note:
-                print(note, file=sys.stderr)
+            for note in (busy, idle_gpu_note(self.spec)):
+                if note:
+                    print(note, file=sys.stderr)
             self.gpu_free = gpu_free_bytes(self.spec)
             self.parent = ready.result()
         except BaseException:

@@ -1,7 +1,11 @@
 """The progress of a launch: configurations done of the total, phase counts so far, an ETA. A Tune callback,
 shown for every driver. On a terminal it is one live line; in a log (nohup, `ray job submit`, CI) a plain
-timestamped line at most every 30 s, so a long sweep is never minutes of silence. Modes: auto (by the output),
-always (plain lines even on a terminal), never."""
+timestamped line every 30 s, whether or not a pack reported since, so a long sweep is never minutes of silence.
+Modes: auto (by the output), always (plain lines even on a terminal), never.
+
+The ETA extrapolates the share of the work done. A member that stopped early (classified, diverged) counts as
+its whole budget: that work is done, never to be trained. So the share only grows, and the ETA does not swing
+back up when a pack of early stoppers ends."""
 
 from __future__ import annotations
 
@@ -57,9 +61,9 @@ class ProgressLine(tune.Callback):
         for r in self.latest.values():
             for p, n in (r.get("phases") or {}).items():
                 phases[p] = phases.get(p, 0) + n
-            work += r.get("step", 0) * r.get("members", 0)
-        # total_work counts every member to its budget, which early stoppers never train: configurations done
-        # are a floor on the share done, so a finished launch says so instead of minutes still to go
+            stopped = r.get("members_done", 0)
+            work += stopped * r.get("total", r.get("step", 0)) + (r.get("members", 0) - stopped) * r.get("step", 0)
+        # configurations done are a floor on the share done (a pack restored from MLflow reports no budget)
         frac = max(min(1.0, work / self.total_work), done / max(1, self.total_configs))
         elapsed = time.time() - self.start
         eta = ("done" if done >= self.total_configs else
@@ -89,6 +93,9 @@ class ProgressLine(tune.Callback):
         self.latest.update({t.trial_id: t.last_result for t in trials if t.last_result and t is not trial})
         self.latest[trial.trial_id] = result
         self._draw()
+
+    def on_step_end(self, iteration, trials, **info):
+        self._draw()  # the clock moves on between reports: a plain line every interval, a live line every 0.5 s
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._draw(force=self.live)  # a live line moves at once; a log gets a line per interval

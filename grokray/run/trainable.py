@@ -1,7 +1,8 @@
 """The Ray Tune function trainable of every driver: one Tune trial trains one pack (a search trial: a pack of one).
 
 It rebuilds the pack's configurations from plain dicts, restores the last checkpoint if Tune hands one over
-(a retry after a worker died, or --resume) and trains in chunks of `checkpoint_every` steps. After a chunk, if
+(a retry after a worker died, or --resume) and trains in chunks of `checkpoint_every` steps, shorter where a
+chunk would outlast `min_report_s` (a big model, a busy machine: the progress line must not go quiet). After a chunk, if
 `min_report_s` (default 30 s) passed since the last report (or the pack is done), it logs the new curve points
 to MLflow, saves a checkpoint and reports to Tune: at most one result per pack per `min_report_s`, as Tune's
 guidance asks. Tune only needs progress and a checkpoint; MLflow carries the curves.
@@ -27,6 +28,7 @@ from ..tracking.pack_runs import PackTracker
 from .context import TrialContext
 
 CHECKPOINT_FILE = "pack.pt"
+FIRST_CHUNK = 20  # steps that time a pack before its chunks are sized
 
 
 def _phase_counts(trainer, results, thresholds) -> dict[str, int]:
@@ -36,6 +38,17 @@ def _phase_counts(trainer, results, thresholds) -> dict[str, int]:
             phase = counted_phase(result.phase, result.ideal_val_acc, threshold)
             counts[phase] = counts.get(phase, 0) + 1
     return counts
+
+
+def next_chunk(chunk: int, chunk_s: float, every: int, min_report_s: float) -> int:
+    """Steps of the next chunk: `every`, cut so one chunk lasts about `min_report_s` (a slow pack, a busy machine,
+    still reports each interval). The first chunk (chunk 0) is a short probe that times the pack. A search
+    (min_report_s 0) reports every chunk: its chunks stay `every`, which its ASHA rungs are set by."""
+    if min_report_s <= 0:
+        return every
+    if chunk == 0:
+        return min(every, FIRST_CHUNK)
+    return min(every, max(1, int(chunk * min_report_s / max(chunk_s, 1e-9))))
 
 
 def _ended(trainer) -> list[float | None]:
@@ -83,7 +96,7 @@ def train_pack(config: dict) -> None:
     if tracker.all_finished and not ctx.objective:
         # Stopped after every member's run had ended but before Tune heard the last report: MLflow holds the
         # work, so a resume trains none of it again. (A search trial trains on: its score needs the curves.)
-        phases = [r.phase for r in tracker.runs]
+        phases = [r.counted_as for r in tracker.runs]
         tune.report({"step": trainer.step, "total": trainer.total, "members": trainer.K, "members_done": trainer.K,
                      "phases": {p: phases.count(p) for p in set(phases)}, "node_id": node_id,
                      "restored_from": restored_from, "pack_done": True, "from_mlflow": True,
@@ -96,14 +109,18 @@ def train_pack(config: dict) -> None:
         trainer.compact = False  # finished members keep their rows, so their final parameters are still there
 
     every = max(1, ctx.checkpoint_every)
+    chunk = next_chunk(0, 0.0, every, ctx.min_report_s)
     min_report_s = ctx.min_report_s
-    last_report = -float("inf")
+    last_report = -float("inf")  # the first full chunk reports (the probe before it does not)
     train_s = 0.0
     while True:
         t0 = time.perf_counter()
-        done = trainer.run(until=trainer.step + every)
-        train_s += time.perf_counter() - t0
-        if not done and time.perf_counter() - last_report < min_report_s:
+        done = trainer.run(until=trainer.step + chunk)
+        chunk_s = time.perf_counter() - t0
+        train_s += chunk_s
+        # the first chunk (train_s is its time alone) may be the probe: it only times the pack, nothing to report
+        probed, chunk = chunk < every and train_s == chunk_s, next_chunk(chunk, chunk_s, every, min_report_s)
+        if not done and (probed or time.perf_counter() - last_report < min_report_s):
             continue  # curves and checkpoints go out with the next report: MLflow and Tune both see few calls
         results = trainer.results()
         if done and save_states:

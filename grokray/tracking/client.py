@@ -255,14 +255,19 @@ def run_is_active(client: MlflowClient, run_id: str) -> bool:
         return False
 
 
+def counted_phase_of(run) -> str:
+    """A classified run's phase as counted: an undecodable split apart (grokray.phases.counted_phase); "" if none."""
+    phase = run.data.tags.get(PHASE_TAG, "")
+    threshold = float(run.data.params.get("phases.threshold", 0.9))
+    return phase and counted_phase(phase, run.data.metrics.get("ideal_val_acc"), threshold)
+
+
 def phase_counts(runs) -> dict[str, int]:
-    """Classified runs per phase, an undecodable split counted apart (grokray.phases.counted_phase)."""
+    """Classified runs per phase, as counted (counted_phase_of)."""
     counts: dict[str, int] = {}
     for r in runs:
-        phase = r.data.tags.get(PHASE_TAG)
+        phase = counted_phase_of(r)
         if phase:
-            threshold = float(r.data.params.get("phases.threshold", 0.9))
-            phase = counted_phase(phase, r.data.metrics.get("ideal_val_acc"), threshold)
             counts[phase] = counts.get(phase, 0) + 1
     return dict(sorted(counts.items()))
 

@@ -18,7 +18,17 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from ..config import only_known_fields
-from .client import clean, is_transient, latest_steps, now_ms, quick_failing_http, retry, search_all, server_answers
+from .client import (
+    clean,
+    counted_phase_of,
+    is_transient,
+    latest_steps,
+    now_ms,
+    quick_failing_http,
+    retry,
+    search_all,
+    server_answers,
+)
 from .delivery import (
     HANDED_OVER,
     SPOOL_DIRNAME,
@@ -98,7 +108,8 @@ class MemberRun:
         self.create = create  # what delivery needs to make the run, while run_id is ""
         self.finished = False  # its summaries, phase tag and end are sent (or it was found finished)
         self.sealed = False  # found finished in the store: nothing of it is sent again
-        self.phase = ""  # a sealed run's phase, as stored
+        self.phase = ""  # a sealed run's phase, as stored, and what it counts as (grokray.phases.counted_phase)
+        self.counted_as = ""
 
 
 class PackTracker:
@@ -223,6 +234,7 @@ class PackTracker:
             run = MemberRun(member["key"], run_id, {})
             run.finished = run.sealed = True
             run.phase = found.data.tags[PHASE_TAG]
+            run.counted_as = counted_phase_of(found)
             return run
         try:
             last = latest_steps(self.client, run_id, OPEN_ATTEMPTS) if found.data.metrics else {}

@@ -3,12 +3,17 @@ included), each run's duration is its own, and the parent run describes the swee
 One real sweep on a local Ray: a pack of two members, one that generalizes at step ~400 and one that memorizes
 and trains its whole budget."""
 
+import asyncio
+import json
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -124,3 +129,80 @@ def test_grokray_ui_serves_the_sweep_and_stops_cleanly(sweep, tmp_path):
     assert code == 0
     with socket.socket() as s:  # the server went with it
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def plotted(url: str, profile: Path, timeout_s: float = 60.0) -> list[dict]:
+    """The series MLflow's UI plotted on the page at `url`, read from its Plotly charts in a headless Chromium
+    driven over the DevTools protocol: what the researcher's chart shows, not what the store holds."""
+    aiohttp = pytest.importorskip("aiohttp")
+    port = free_port()
+    browser = subprocess.Popen([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                                f"--remote-debugging-port={port}", "about:blank"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    read = ("JSON.stringify([...document.querySelectorAll('.js-plotly-plot')].flatMap(g => (g.data || []).map(t => "
+            "({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || [])}))))")
+
+    async def drive():
+        deadline = time.time() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as answer:
+                    tab = next(t for t in json.load(answer) if t["type"] == "page")
+                break
+            except (OSError, StopIteration):
+                assert time.time() < deadline, "Chromium's DevTools never answered"
+                await asyncio.sleep(0.2)
+        async with aiohttp.ClientSession() as session, session.ws_connect(tab["webSocketDebuggerUrl"],
+                                                                          max_msg_size=0) as ws:
+            ids = iter(range(1, 10**6))
+
+            async def call(method, **params):
+                n = next(ids)
+                await ws.send_json({"id": n, "method": method, "params": params})
+                while (msg := await ws.receive_json()).get("id") != n:
+                    pass
+                return msg["result"]
+
+            await call("Page.navigate", url=url)
+            while time.time() < deadline:
+                series = json.loads((await call("Runtime.evaluate", expression=read,
+                                                returnByValue=True))["result"].get("value") or "[]")
+                if series and all(s["x"] for s in series):
+                    return series
+                await asyncio.sleep(0.5)
+            return []
+
+    try:
+        return asyncio.run(drive())
+    finally:
+        browser.terminate()
+        browser.wait(timeout=30)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_a_generalizing_runs_val_acc_chart_in_mlflows_ui_ends_at_or_above_the_threshold(sweep, tmp_path):
+    """Issue 39: a run's chart ended below the threshold (one point after the crossing), while its summary said it
+    had crossed. The chart MLflow's UI draws for val/acc ends at the step the run stopped, at or above 0.9."""
+    summary, client, children = sweep
+    fast = children["comprehension"]
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "grokray.cli", "ui", "--tracking-uri", summary.tracking_uri,
+                           "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    q = urllib.parse.quote
+    url = (f"http://127.0.0.1:{port}/#/metric?runs={json.dumps([fast.info.run_id])}&metric={q(json.dumps('val/acc'))}"
+           f"&experiments={json.dumps([summary.experiment_id])}&plot_metric_keys={q(json.dumps(['val/acc']))}"
+           "&plot_layout={}&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=false"
+           "&deselected_curves=[]&last_linear_y_axis_range=[]")
+    try:
+        assert "MLflow UI on" in ui.stdout.readline()
+        series = plotted(url, tmp_path / "chromium")
+    finally:
+        ui.send_signal(signal.SIGINT)
+        ui.wait(timeout=30)
+    assert series, "no chart drawn"
+    stop, crossing = int(fast.data.metrics["steps_run"]), int(fast.data.metrics["step_val_acc_0.9"])
+    assert stop == crossing  # validation crossed last: that crossing decided the phase, and the run ended there
+    for line in series:  # the chart's own points
+        assert line["x"][-1] == stop and line["y"][-1] >= 0.9, (line["x"][-3:], line["y"][-3:])
+        assert line["y"][line["x"].index(crossing)] >= 0.9 > max(y for x, y in zip(line["x"], line["y"],
+                                                                                   strict=True) if x < crossing)

@@ -11,7 +11,6 @@ final/..., steps_run.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Sequence
 
@@ -33,10 +32,10 @@ from grokray.tracking.schema import (
     TASK_TAG,
     TRIAL_KEY_TAG,
 )
+from grokray.tracking.uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 __all__ = ["DEFAULT_TRACKING_URI", "SERIES", "load_curves", "load_runs", "parent_runs", "runs_to_frame"]
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # grokray's default (grokray/tracking), relative to the cwd
 SERIES = ("train/acc", "val/acc", "train/loss", "val/loss", "weight_norm")  # step series: not summary columns
 _TAG_COLUMNS = {
     "mlflow.parentRunId": "parent_run_id",
@@ -51,7 +50,7 @@ _NONE = {"None", "null", ""}
 
 
 def _uri(tracking_uri: str | None) -> str:
-    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    return resolve_tracking_uri(tracking_uri)  # the launch's own rule: a relative SQLite path is the cwd's
 
 
 def mlflow_client(tracking_uri: str | None):

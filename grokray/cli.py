@@ -214,7 +214,8 @@ def _atlas(args) -> int:
         print(f"grokray: {note}", file=sys.stderr)
     from .atlas.build import build_atlas
     from .run.cluster import resolve_storage
-    from .tracking.client import existing_store, resolve_tracking_uri
+    from .tracking.client import existing_store
+    from .tracking.uri import resolve_tracking_uri
 
     uri = existing_store(args.tracking_uri) if args.pages_only else resolve_tracking_uri(args.tracking_uri)
     results = build_atlas(specs, args.scale, args.output, uri,

@@ -214,7 +214,7 @@ def test_a_server_that_accepts_but_does_not_answer_costs_a_send_the_probe_not_th
     from functools import partial
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from grokray.tracking.client import server_answers
+    from grokray.tracking.uri import server_answers
 
     booting = socket.socket()
     booting.bind(("127.0.0.1", 0))

@@ -248,4 +248,6 @@ def test_a_slow_pack_cuts_its_chunks_to_report_every_interval():
     assert next_chunk(FIRST_CHUNK, 6.0, 1000, 30.0) == 100  # 0.3 s a step: 100 steps fill the 30 s
     assert next_chunk(100, 0.5, 1000, 30.0) == 1000  # fast again: back to checkpoint_every
     assert next_chunk(1, 90.0, 1000, 30.0) == 1  # never below one step
-    assert next_chunk(0, 0.0, 300, 0.0) == next_chunk(300, 500.0, 300, 0.0) == 300  # a search: every chunk reports
+    # a search reports every chunk: a fast trial's chunks stay checkpoint_every, a slow one's last about 30 s
+    assert next_chunk(FIRST_CHUNK, 0.01, 300, 0.0) == next_chunk(300, 1.0, 300, 0.0) == 300
+    assert next_chunk(300, 300.0, 300, 0.0) == 30

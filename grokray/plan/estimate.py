@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.cost import StepCost, calibrate
+from ..engine.result import pack_signature
 from ..engine.sizing import AddressSpaceCap, cpu_pack_size_reason, local_gpu_name, out_of_memory
 from .expand import Pack, Plan, local_slots, model_steps
 
@@ -143,6 +144,7 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     gpu_name = local_gpu_name() if device == "cuda" else None
     can_measure = device == "cpu" or gpu_name is not None
     costs: dict[str, StepCost] = {}
+    by_shape: dict[tuple, StepCost] = {}  # packs that train the same shapes at the same size cost the same
     too_big = 0
     if calibrate_costs and can_measure:
         start = time.perf_counter()
@@ -150,10 +152,14 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
             if (costs or too_big) and time.perf_counter() - start > CALIBRATION_S:
                 break
             pack = plan.packs[i]
+            shape = (pack_signature(pack.members[0].config), len(pack.members))
+            if shape in by_shape:
+                costs[pack.pack_id] = by_shape[shape]
+                continue
             try:
                 with AddressSpaceCap():
-                    costs[pack.pack_id] = calibrate([m.config for m in pack.members], device,
-                                                    threads=int(max(1, res.cpu)))
+                    costs[pack.pack_id] = by_shape[shape] = calibrate([m.config for m in pack.members], device,
+                                                                      threads=int(max(1, res.cpu)))
             except (MemoryError, RuntimeError) as exc:  # a pack bigger than this machine: not measurable here
                 if not out_of_memory(exc):
                     raise
@@ -164,8 +170,8 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     assumed = f"assumed {rate:g} model-steps/s per {'pack' if device == 'cuda' else 'core'}"
     if order:
         where = f"this machine's {gpu_name}" if gpu_name else "this machine's CPU"
-        basis = (f"measured on {where}, {len(costs)} of {len(plan.packs)} packs (a + b*K seconds per step; others "
-                 f"take the nearest measured pack's)")
+        basis = (f"measured on {where}: {len(by_shape)} pack shape(s) for {len(costs)} of {len(plan.packs)} packs "
+                 "(a + b*K seconds per step; the others take the nearest measured pack's)")
     elif too_big:
         basis = f"{assumed} (a pack does not fit this machine's memory to measure it)"
     else:

@@ -4,8 +4,8 @@ step costs measured on this machine, its budget use taken from the store's earli
 from __future__ import annotations
 
 from ..plan.estimate import BudgetUse, estimate_plan, plan_budget
-from ..tracking.client import resolve_tracking_uri
 from ..tracking.history import measured_budget_use
+from ..tracking.uri import resolve_tracking_uri
 
 
 def estimate(plan, spec_name: str, tracking_uri: str | None, calibrate: bool, **kwargs):

@@ -26,9 +26,9 @@ from ray import tune
 from ..errors import SpecError
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
-from ..tracking.client import resolve_tracking_uri
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
+from ..tracking.uri import resolve_tracking_uri
 from .cluster import (
     busy_machine_note,
     check_cluster_gpus,
@@ -264,7 +264,7 @@ class Launch:
         self.timings["finish"] = time.time() - t0
         if not closed.undelivered and self.parent.run_id:  # the server holds every run: the figure can be drawn
             self.timings["report"] = report_on_parent(self.parent, self.spec, self.kind, status, closed.phase_counts,
-                                                      configurations, time.time() - self.t_start, note)
+                                                      configurations, closed.duration_s, note)
         last = [dict(r.metrics or {}) for r in results]
         return LaunchSummary(
             kind=self.kind, name=self.spec.name, tracking_uri=self.uri, experiment_id=self.parent.experiment_id,

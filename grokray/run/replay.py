@@ -8,8 +8,9 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..search.study import LINK_FILE
-from ..tracking.client import resolve_tracking_uri, tracking_client
+from ..tracking.client import tracking_client
 from ..tracking.delivery import pending_points, replay_dir, spool_files
+from ..tracking.uri import resolve_tracking_uri
 
 
 def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:

@@ -26,6 +26,13 @@ def _axis_text(values: list) -> str:
     return ", ".join(shown if len(shown) <= 8 else [*shown[:3], "...", *shown[-2:]]) + f" ({len(values)})"
 
 
+def _duration(seconds: float) -> str:
+    """As MLflow's runs table writes a duration, so the two read alike."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return f"{seconds / 60:.1f}min" if seconds < 3600 else f"{seconds / 3600:.1f}h"
+
+
 def phase_rows(counts: dict[str, int]) -> list[str]:
     total = max(1, sum(counts.values()))
     return ["| phase | runs | share |", "|---|---|---|",
@@ -38,8 +45,8 @@ def parent_note(spec: Spec, kind: str, status: str, counts: dict[str, int], conf
     trial = spec.first_trial()
     train, phases = trial.train, trial.phases
     steps = "swept" if "train.steps" in spec.axes else f"{train.steps:,}"
-    lines = [f"**{spec.name}**: {kind} launch {status.lower()}, {configurations} configurations, "
-             f"{wall_s / 60:.1f} min wall.", "",
+    lines = [f"**{spec.name}**: {kind} launch {status.lower()}, {configurations} configurations in "
+             f"{_duration(wall_s)} (this run's duration).", "",
              *phase_rows(counts), "",
              f"- seeds: {', '.join(map(str, spec.seeds))} (each configuration is one seed)",
              f"- budget: {steps} steps per run; a phase is decided at accuracy {phases.threshold:g} within "

@@ -29,6 +29,7 @@ from .context import TrialContext
 
 CHECKPOINT_FILE = "pack.pt"
 FIRST_CHUNK = 20  # steps that time a pack before its chunks are sized
+SLOW_CHUNK_S = 30.0  # the longest chunk of a pack that reports after every chunk (a search trial)
 
 
 def _phase_counts(trainer, results, thresholds) -> dict[str, int]:
@@ -41,14 +42,13 @@ def _phase_counts(trainer, results, thresholds) -> dict[str, int]:
 
 
 def next_chunk(chunk: int, chunk_s: float, every: int, min_report_s: float) -> int:
-    """Steps of the next chunk: `every`, cut so one chunk lasts about `min_report_s` (a slow pack, a busy machine,
-    still reports each interval). The first chunk (chunk 0) is a short probe that times the pack. A search
-    (min_report_s 0) reports every chunk: its chunks stay `every`, which its ASHA rungs are set by."""
-    if min_report_s <= 0:
-        return every
+    """Steps of the next chunk: `every`, cut so one chunk lasts about `min_report_s` (a search, which reports every
+    chunk: SLOW_CHUNK_S), so a slow pack (a big model, a busy machine) still reports each interval. The first
+    chunk (chunk 0) is a short probe that times the pack."""
     if chunk == 0:
         return min(every, FIRST_CHUNK)
-    return min(every, max(1, int(chunk * min_report_s / max(chunk_s, 1e-9))))
+    target = min_report_s if min_report_s > 0 else SLOW_CHUNK_S
+    return min(every, max(1, int(chunk * target / max(chunk_s, 1e-9))))
 
 
 def _ended(trainer) -> list[float | None]:

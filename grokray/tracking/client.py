@@ -19,8 +19,8 @@ from mlflow.tracking import MlflowClient
 from ..errors import SpecError
 from ..phases import counted_phase
 from .schema import PHASE_TAG, TRIAL_KEY_TAG, children_filter, parent_filter
+from .uri import local_store_path, resolve_tracking_uri
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 MAX_METRICS = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
 MAX_PARAMS_TAGS = 100  # mlflow.utils.validation.MAX_PARAMS_TAGS_PER_BATCH
 MAX_VALUE_LEN = 6000
@@ -30,18 +30,6 @@ TRANSIENT_MARKERS = ("connection", "max retries", "timed out", "timeout", "tempo
                      "unavailable", "bad gateway", "reset by peer", "remote end closed")
 
 
-def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) -> str:
-    """--tracking-uri, else MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; relative file paths made absolute
-    (Ray Tune runs each trial in its own directory, so a relative path would scatter databases)."""
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-    base = Path(cwd or os.getcwd())
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        rel = uri[len("sqlite:///"):]
-        if rel and rel != ":memory:":
-            return "sqlite:///" + str((base / rel).resolve())
-    if "://" not in uri:
-        return str((base / uri).resolve())
-    return uri
 
 
 def tracking_client(uri: str) -> MlflowClient:
@@ -49,14 +37,6 @@ def tracking_client(uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=uri)
 
 
-def local_store_path(uri: str) -> Path | None:
-    """The file (SQLite) or directory (file store) of a local tracking URI; None for a server or :memory:."""
-    if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///"):]
-        return None if path == ":memory:" else Path(path)
-    if "://" not in uri or uri.startswith("file:"):
-        return Path(uri.removeprefix("file://"))
-    return None
 
 
 def existing_store(uri: str | None) -> str:
@@ -156,20 +136,6 @@ def quick_failing_http() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 
-def server_answers(uri: str, timeout_s: float = 2.0) -> bool:
-    """Whether an HTTP tracking server answers at all (any HTTP status counts: a proxy without /health is up).
-    A restarting `mlflow server` accepts connections before its workers can serve them, and a request sent
-    then hangs until its timeout; this probe stands in for it while a backlog waits, so training is not held."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
-        return True
-    except urllib.error.HTTPError:
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 # -- reading and writing ---------------------------------------------------------------------------------------

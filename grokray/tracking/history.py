@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .client import local_store_path, search_all, server_answers
 from .schema import PARENT, PARENT_ID_TAG, PHASE_TAG, ROLE_TAG, STEPS_RUN_METRIC
+from .uri import store_exists
 
 MIN_RUNS = 8  # fewer classified runs at one budget say too little to replace the prior
 
@@ -32,15 +32,6 @@ class BudgetShare:
         return f"measured on {self.runs} stored runs of {experiment!r} at budget {self.budget}"
 
 
-def _store_exists(uri: str) -> bool:
-    path = local_store_path(uri)
-    if path is not None:
-        return path.exists()
-    if uri.startswith("http"):
-        return server_answers(uri)  # a dry-run must not hang on a server that is down
-    return True
-
-
 def _budget(params: dict) -> int | None:
     try:
         steps = int(float(params["train.steps"]))
@@ -52,6 +43,8 @@ def _budget(params: dict) -> int | None:
 
 def trained_fractions(client, experiment_name: str) -> dict[int, list[float]]:
     """budget -> the share of it each classified child run of a finished sweep trained (steps_run / budget)."""
+    from .client import search_all  # MLflow's imports: only once a store is there to read
+
     exp = client.get_experiment_by_name(experiment_name)
     if exp is None:
         return {}
@@ -72,8 +65,8 @@ def trained_fractions(client, experiment_name: str) -> dict[int, list[float]]:
 def stored_budget_share(tracking_uri: str, experiment_name: str, budget: int) -> BudgetShare | None:
     """The share at the stored budget nearest `budget` (by ratio; the larger on a tie) among budgets with at
     least MIN_RUNS classified runs, or None (no store, no experiment, too few runs, or the store unreadable)."""
-    if not _store_exists(tracking_uri):
-        return None
+    if not store_exists(tracking_uri):
+        return None  # nothing stored to measure, and MLflow's imports not paid for it
     from mlflow.tracking import MlflowClient
 
     try:

@@ -27,7 +27,6 @@ from .client import (
     quick_failing_http,
     retry,
     search_all,
-    server_answers,
 )
 from .delivery import (
     HANDED_OVER,
@@ -58,6 +57,7 @@ from .schema import (
     children_filter,
     flatten,
 )
+from .uri import server_answers
 
 OPEN_ATTEMPTS = 3  # a pack that finds the server away at open trains on; its runs are made when it is back
 # Requests a worker keeps in flight to a tracking server (run creation, a report's batches): the server spends

@@ -26,7 +26,6 @@ from .client import (
     quick_failing_http,
     retry,
     search_all,
-    server_answers,
     use_wal,
 )
 from .delivery import (
@@ -60,6 +59,7 @@ from .schema import (
     children_filter,
     phase_count_tags,
 )
+from .uri import server_answers
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class Closed:
     undelivered_batches: int
     undelivered_points: int
     spool_dir: str
+    duration_s: float = 0.0  # the parent run's own start to end, as MLflow's UI shows its duration
 
     @property
     def undelivered(self) -> bool:
@@ -227,7 +228,8 @@ class ParentRun:
         values = {f"{PHASE_COUNT_METRIC}{p}": float(n) for p, n in counts.items()} | (metrics or {})
         tags = phase_count_tags(counts) | ({CONFIGURATIONS_TAG: str(configurations)} if configurations is not None
                                            else {})
-        batch = Batch(self.run_id, [[k, v, now_ms(), 0] for k, v in values.items()], {}, tags, status)
+        end = now_ms()
+        batch = Batch(self.run_id, [[k, v, end, 0] for k, v in values.items()], {}, tags, status, end_time=end)
         if not self.run_id:
             batch.key, batch.create = self.launch_key, self._create
         delivered = False
@@ -241,7 +243,7 @@ class ParentRun:
         if not delivered:  # after the parent's other batches, in its own spool file
             Spool(self.courier.spool.path).append(batch)
         batches, points = pending_points(self.spool_dir)
-        return Closed(status, counts, batches, points, self.spool_dir)
+        return Closed(status, counts, batches, points, self.spool_dir, (end - self._create["start_time"]) / 1e3)
 
 
 def missing_parent_tags(tags: dict[str, str]) -> list[str]:

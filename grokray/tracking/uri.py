@@ -1,0 +1,60 @@
+"""Where the tracking store is: one resolver of --tracking-uri for the CLI, the launch, the dry-run and analysis,
+and cheap probes of a store, all without importing MLflow (a dry-run of a store that does not exist yet, or of a
+server that is down, must not pay MLflow's seconds of imports)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) -> str:
+    """--tracking-uri, else MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; relative file paths made absolute
+    (Ray Tune runs each trial in its own directory, so a relative path would scatter databases)."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    base = Path(cwd or os.getcwd())
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rel = uri[len("sqlite:///"):]
+        if rel and rel != ":memory:":
+            return "sqlite:///" + str((base / rel).resolve())
+    if "://" not in uri:
+        return str((base / uri).resolve())
+    return uri
+
+
+def local_store_path(uri: str) -> Path | None:
+    """The file (SQLite) or directory (file store) of a local tracking URI; None for a server or :memory:."""
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///"):]
+        return None if path == ":memory:" else Path(path)
+    if "://" not in uri or uri.startswith("file:"):
+        return Path(uri.removeprefix("file://"))
+    return None
+
+
+def server_answers(uri: str, timeout_s: float = 2.0) -> bool:
+    """Whether an HTTP tracking server answers at all (any HTTP status counts: a proxy without /health is up).
+    A restarting `mlflow server` accepts connections before its workers can serve them, and a request sent
+    then hangs until its timeout; this probe stands in for it while a backlog waits, so training is not held."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
+        return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def store_exists(uri: str) -> bool:
+    """A local store's file or folder is there, or a server answers (a dry-run must not hang on one that is down)."""
+    path = local_store_path(uri)
+    if path is not None:
+        return path.exists()
+    if uri.startswith("http"):
+        return server_answers(uri)
+    return True

@@ -94,7 +94,7 @@ def matmul_flops_per_model_step(trainer: PackTrainer) -> float:
             per_point += 2 * (2 * d * d * seq + 2 * d * d * keep + 2 * d * c.d_mlp * keep) + 4 * keep * seq * d
     else:  # MLP-shaped families: every 2-D weight is one matmul per sample
         skip = {"embed"}
-        if trainer.joint and hasattr(m, "is_full_table") and m.is_full_table(trainer._all_points()[0]):
+        if trainer.joint and hasattr(m, "is_full_table") and m.is_full_table(trainer.all_points()[0]):
             skip.add("fc0.w")  # the full symbol table's first layer is broadcast adds, not a matmul
         per_point = 2 * sum(p[0].numel() for name, p in m.named_stacked() if p.dim() == 3 and name not in skip)
     if trainer.joint:

@@ -64,9 +64,18 @@ class ResourcesConfig:
     gpu: float = bounded(0.0, ge=0.0)
     pack_size: int | Literal["auto"] = "auto"
 
+    @property
+    def device(self) -> str:
+        """The one device rule: a pack asks for a GPU share, so it trains on CUDA."""
+        return device_for(self.gpu)
+
     def validate(self, path):
         if isinstance(self.pack_size, int) and self.pack_size < 1:
             raise SpecError(f"{path}.pack_size", f"got {self.pack_size}; must be >= 1 or 'auto'")
+
+
+def device_for(gpu: float) -> str:
+    return "cuda" if gpu > 0 else "cpu"
 
 
 @dataclass

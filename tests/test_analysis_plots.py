@@ -50,12 +50,12 @@ def test_subtitle_says_seeds_budget_and_configurations():
     df = make_runs().assign(**{"phases.budget": 10_000})
     assert runs_subtitle(df) == "3 seeds (0-2) · budget 10,000 steps · 18 configurations"
     fig = plots_diagram.plot_phase_diagram(phase_grid(df, X, Y), title="t", subtitle=runs_subtitle(df))
-    assert fig._suptitle.get_text() == "t\n3 seeds (0-2) · budget 10,000 steps · 18 configurations"
+    assert fig.get_suptitle() == "t\n3 seeds (0-2) · budget 10,000 steps · 18 configurations"
     rfm = df.assign(model="rfm", **{"phases.budget": 30})  # the RFM trainer counts iterations, not steps
     assert runs_subtitle(rfm) == "3 seeds (0-2) · budget 30 iterations · 18 configurations"
     assert "steps" in runs_subtitle(df.assign(model=["rfm", "toy"] * 9))
     heat = plots_diagram.plot_steps_heatmap(phase_grid(rfm, X, Y), unit=step_unit(rfm))
-    assert heat._suptitle.get_text() == "iterations to generalize"
+    assert heat.get_suptitle() == "iterations to generalize"
     assert axis_label("optim.embedding.init_scale") == "embedding init scale" and axis_label("task.p") == "p"
     assert [tick_label(v, log=True) for v in (3.1623e-4, 1e-2, 0.1)] == ["3.2e-4", "1e-2", "1e-1"]
 

@@ -82,8 +82,31 @@ def dotted(node) -> str:
     return ""
 
 
+def aliases(tree) -> dict[str, str]:
+    """Local name -> what it imports: `import ray as r` gives r -> ray, `from ray import tune` tune -> ray.tune."""
+    out = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out |= {(a.asname or a.name.split(".")[0]): (a.name if a.asname else a.name.split(".")[0])
+                    for a in n.names}
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            out |= {(a.asname or a.name): f"{n.module}.{a.name}" for a in n.names}
+    return out
+
+
+def resolved_calls(tree) -> set[str]:
+    """Every call's function by its full imported name (`r.init(...)` after `import ray as r`: ray.init)."""
+    names = aliases(tree)
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and (name := dotted(n.func)):
+            head, _, rest = name.partition(".")
+            out.add(names.get(head, head) + (f".{rest}" if rest else ""))
+    return out
+
+
 def called(path: Path) -> set[str]:
-    return {dotted(n.func) for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)}
+    return resolved_calls(ast.parse(path.read_text()))
 
 
 def calls(path: Path, attr: str) -> list[str]:
@@ -129,20 +152,26 @@ def test_importing_the_pure_layers_loads_no_ray_mlflow_or_optuna():
 
 def test_ray_is_started_and_tuners_built_only_in_the_launch_layer():
     ray_init = sorted(module_name(p) for p in SOURCES if "ray.init" in called(p))
-    tuners = sorted(module_name(p) for p in SOURCES
-                    if called(p) & {"Tuner", "tune.Tuner", "Tuner.restore", "tune.Tuner.restore"})
+    tuners = sorted(module_name(p) for p in SOURCES if called(p) & {"ray.tune.Tuner", "ray.tune.Tuner.restore"})
     assert ray_init == ["grokray.run.cluster"], ray_init
     assert tuners == ["grokray.run.launch"], tuners
+    planted = ast.parse("import ray as r\nfrom ray import tune as t\nr.init()\nt.Tuner(f)\n")
+    assert {"ray.init", "ray.tune.Tuner"} <= resolved_calls(planted)
 
 
 def refers_to(path: Path, attr: str) -> bool:
     """Whether `path` calls or passes `x.attr` (a client method handed to a retry counts as a call)."""
-    return any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(ast.parse(path.read_text())))
+    return refers_to_tree(ast.parse(path.read_text()), attr)
+
+
+def refers_to_tree(tree, attr: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(tree))
 
 
 def test_runs_are_created_only_in_tracking_and_parents_only_by_parent_run():
-    creators = sorted(module_name(p) for p in SOURCES if refers_to(p, "create_run"))
+    creators = sorted(module_name(p) for p in SOURCES if refers_to(p, "create_run") or refers_to(p, "start_run"))
     assert creators and all(m.startswith("grokray.tracking.") for m in creators), creators
+    assert refers_to_tree(ast.parse("import mlflow as m\nm.start_run()\n"), "start_run")
     # the parent role is written in one place: ParentRun.open (others only read it back)
     writers = sorted(module_name(p) for p in SOURCES for node in ast.walk(ast.parse(p.read_text()))
                      if isinstance(node, ast.Dict) and any(isinstance(k, ast.Name) and k.id == "ROLE_TAG"
@@ -166,3 +195,82 @@ def test_no_cross_module_import_of_private_names():
 def test_no_file_over_the_size_limit():
     big = {str(p.relative_to(ROOT)): n for p in SOURCES if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not big, big
+
+
+# -- private attributes of other objects ---------------------------------------------------------------------------
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}  # public, underscored only to keep clear of fields
+# The one place each private attribute of a library is used, where the installed version has no public API; each
+# adapter's docstring names the missing API, and the test beside it fails by name if the library changes it.
+ADAPTERS = {
+    ("grokray/optim/primitives.py", "_fused_adam_"), ("grokray/optim/primitives.py", "_fused_adamw_"),
+    ("grokray/search/study.py", "_storage"), ("grokray/search/study.py", "_trial_id"),
+    ("grokray/run/launch.py", "_local_tuner"),
+    ("tests/test_sweep_resume.py", "_local_tuner"),  # the adapter's test
+}
+# Known debt (issue 40): GrokraySearch reads OptunaSearch's private study and trials through `self`. Remove it
+# with a grokray-owned optuna.Study behind Ray's public Searcher; nothing may be added here.
+INHERITED = {("grokray/run/search.py", "_ot_study"), ("grokray/run/search.py", "_ot_trials")}
+CHECKED = sorted({*SOURCES, *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")})
+
+
+def private_reads(tree) -> list[tuple[int, str]]:
+    """`x._name` for any x but self and cls (another object's private attribute: a library's, or a grokray
+    object's from outside its class)."""
+    return [(n.lineno, n.attr) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and n.attr.startswith("_") and not n.attr.startswith("__") and n.attr not in NAMEDTUPLE_API
+            and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))]
+
+
+def inherited_reads(tree) -> list[tuple[int, str]]:
+    """`self._name` that the class never sets nor defines: a private attribute of a (library) base class."""
+    out = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        own = {n.name for n in ast.walk(cls) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        own |= {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+                and isinstance(n.value, ast.Name) and n.value.id == "self"}
+        own |= {t.id for n in ast.walk(cls) if isinstance(n, ast.Assign | ast.AnnAssign)
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        out += [(n.lineno, n.attr) for n in ast.walk(cls) if isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name) and n.value.id in ("self", "cls") and isinstance(n.ctx, ast.Load)
+                and n.attr.startswith("_") and not n.attr.startswith("__") and n.attr not in own]
+    return out
+
+
+def test_no_private_attribute_of_another_object_outside_the_named_adapters():
+    bad = [f"{p.relative_to(ROOT)}:{line}: .{attr}" for p in CHECKED for line, attr in private_reads(ast.parse(
+        p.read_text())) if (p.relative_to(ROOT).as_posix(), attr) not in ADAPTERS]
+    bad += [f"{p.relative_to(ROOT)}:{line}: self.{attr} (a base class's)" for p in CHECKED
+            for line, attr in inherited_reads(ast.parse(p.read_text()))
+            if (p.relative_to(ROOT).as_posix(), attr) not in INHERITED]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("planted", [
+    "client._x", "trainer._select([0])", "tuner._local_tuner", "torch._fused_adam_",
+    "class S(OptunaSearch):\n    def f(self):\n        return self._ot_study\n"])
+def test_the_private_attribute_check_catches_a_planted_violation(planted):
+    tree = ast.parse(planted)
+    assert private_reads(tree) or inherited_reads(tree)
+    assert not private_reads(ast.parse("self._x\ncls._y\nrow._replace(a=1)\n"))
+    assert not inherited_reads(ast.parse("class S:\n    def f(self):\n        self._x = 1\n        return self._x\n"))
+
+
+PRIVATE_MODULES = {  # a library's private module, each where its public side has nothing to offer
+    ("tests/test_security.py", "ray._private.authentication.authentication_utils"),  # is token auth on: no API
+    ("tests/test_cluster.py", "ray.autoscaler._private.util"),  # cluster.yaml's schema check: only `ray up` else
+    ("benchmarks/gpu_bundle.py", "pip._vendor.packaging.requirements"),  # a bare interpreter's only `packaging`
+}
+
+
+def private_modules(tree) -> list[str]:
+    found = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    found += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    return [m for m in found if any(part.startswith("_") and not part.startswith("__") for part in m.split("."))]
+
+
+def test_no_private_module_imported_outside_the_named_ones():
+    bad = [f"{p.relative_to(ROOT)}: {m}" for p in CHECKED for m in private_modules(ast.parse(p.read_text()))
+           if (p.relative_to(ROOT).as_posix(), m) not in PRIVATE_MODULES]
+    assert not bad, bad
+    assert private_modules(ast.parse("from ray._private.utils import x\nimport torch._dynamo\n")) == \
+        ["ray._private.utils", "torch._dynamo"]

@@ -56,7 +56,7 @@ def test_joint_training_takes_the_table_path_and_matches_the_one_hot_forward(mod
     raw = {"task": {"name": "modular", "p": 7, "train_fraction": 0.6}, "model": model, "train": {"dtype": "float64"}}
     trainer = PackTrainer([build_spec(raw, [f"seeds=[{s}]"]).first_trial() for s in (0, 1)])
     assert trainer.joint
-    x, _ = trainer._all_points()
+    x, _ = trainer.all_points()
     net = trainer.model
     fast = net(x)
     assert net.is_full_table(x)

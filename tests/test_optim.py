@@ -67,3 +67,18 @@ def test_each_pack_takes_the_fused_path_that_suits_it():
     assert path("adamw", (2, 5)) is None  # betas differ within the pack: the kernel cannot take them
     assert path("adam", (2, 50_000)) == "rows"  # long rows on a CPU: one call per member, any betas
     assert path("sgd", (1, 50_000)) is None
+
+
+def test_the_private_torch_kernels_grokray_adapts_are_there():
+    """grokray.optim.primitives.fused_adam_kernel is the one use of torch's private fused Adam kernels: a torch
+    that renames them fails here, by name, not inside a sweep's first step."""
+    from grokray.optim.primitives import fused_adam_kernel
+
+    for decoupled, name in ((True, "_fused_adamw_"), (False, "_fused_adam_")):
+        kernel = fused_adam_kernel(decoupled)
+        assert callable(kernel) and kernel is getattr(torch, name), f"torch {torch.__version__} lacks torch.{name}"
+        p, g = torch.ones(3), torch.full((3,), 0.5)
+        m, v, step = torch.zeros(3), torch.zeros(3), torch.ones(())
+        kernel([p], [g], [m], [v], [], [step], lr=0.1, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8,
+               amsgrad=False, maximize=False)
+        assert torch.allclose(p, torch.full((3,), 0.9), atol=1e-5)  # Adam's first step moves each weight by lr

@@ -160,10 +160,10 @@ def test_resume_answers_an_interrupted_trial_from_its_finished_mlflow_run(local_
     study = _load(s1)
     done = study.trials[0]
     orphan = study.ask()  # what the dead driver left: RUNNING, its key set, its MLflow run already finished
-    study._storage.set_trial_user_attr(orphan._trial_id, "trial_key", done.user_attrs["trial_key"])
+    orphan.set_user_attr("trial_key", done.user_attrs["trial_key"])
     unfinished = study.ask({k: optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
                             for k in ["optim.decoder.lr"]})
-    study._storage.set_trial_user_attr(unfinished._trial_id, "trial_key", "never-logged")
+    unfinished.set_user_attr("trial_key", "never-logged")
 
     s2 = _search(tmp_path, spec, resume=True, n_trials=3)
     assert s2.recovered == (1, 1) and s2.new_trials == 0  # three counted trials: nothing left to train

@@ -120,7 +120,7 @@ def test_an_interrupted_trial_over_seeds_is_answered_only_when_every_seed_finish
     study = optuna.create_study()
     both, half = (study.ask({"optim.decoder.lr": FloatDistribution(1e-4, 1e-2, log=True)}) for _ in range(2))
     for t, keys in ((both, ["a1", "a2"]), (half, ["b1", "b2"])):
-        study._storage.set_trial_user_attr(t._trial_id, MEMBER_KEYS_ATTR, keys)
+        t.set_user_attr(MEMBER_KEYS_ATTR, keys)
     finished = {"a1": _seed(1, "grokking", 100, 300), "a2": _seed(2, "comprehension", 150, 200),
                 "b1": _seed(1, "grokking", 100, 250)}
     assert recover_interrupted(study, finished, cfg) == (1, 1)
@@ -273,3 +273,18 @@ def test_a_searchs_figure_is_the_objective_against_each_parameter_titled_by_the_
         assert all(a.x1 <= b.x0 for a, b in zip(sorted(boxes, key=lambda b: b.x0),
                                                    sorted(boxes, key=lambda b: b.x0)[1:], strict=False))
     assert (tmp_path / "slices.png").stat().st_size > 10_000
+
+
+def test_the_private_optuna_handle_grokray_adapts_is_there():
+    """grokray.search.study.set_running_trial_attr is the one use of Optuna's private storage handle: an Optuna
+    that changes it fails here, by name, not inside a resumed search."""
+    import optuna
+
+    from grokray.search.study import set_running_trial_attr
+
+    study = optuna.create_study()
+    study.ask()
+    frozen = study.get_trials(deepcopy=False)[0]
+    assert hasattr(study, "_storage") and hasattr(frozen, "_trial_id"), f"optuna {optuna.__version__} changed them"
+    set_running_trial_attr(study, frozen, "phase", "grokking")
+    assert study.trials[0].user_attrs == {"phase": "grokking"}

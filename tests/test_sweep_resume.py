@@ -76,3 +76,17 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_packs(tmp_path):
         assert steps == sorted(set(steps)) and steps[-1] == 4000  # no duplicate, none missing at the end
     parents = client.search_runs([after[0].info.experiment_id], filter_string="tags.`grokray.role` = 'parent'")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+
+
+def test_the_private_tune_handle_grokray_adapts_is_there(tmp_path):
+    """grokray.run.launch.replace_restored_callbacks is the one use of Tune's private local tuner (a restored
+    Tuner takes no run_config): a Ray that changes it fails here, by name, not inside `--resume`."""
+    from ray import tune
+
+    from grokray.run.launch import replace_restored_callbacks
+    from grokray.run.progress import ProgressLine
+
+    tuner = tune.Tuner(lambda config: None, run_config=tune.RunConfig(storage_path=str(tmp_path), callbacks=[]))
+    line = ProgressLine(1, 1.0, "never")
+    assert hasattr(tuner, "_local_tuner"), "ray.tune.Tuner lost _local_tuner: see replace_restored_callbacks"
+    assert replace_restored_callbacks(tuner, [line]) and tuner._local_tuner.get_run_config().callbacks == [line]

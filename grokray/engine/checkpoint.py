@@ -40,7 +40,7 @@ def load_pack_state(trainer, state: dict) -> None:
     if state["configs"] != [to_dict(c) for c in trainer.all_configs]:
         raise ValueError("checkpoint belongs to different configurations")
     if state["members"] != trainer.members:  # the checkpointed pack had compacted
-        trainer._select([trainer.members.index(m) for m in state["members"]])
+        trainer.select_members([trainer.members.index(m) for m in state["members"]])
     trainer.finished = {m: MemberResult(**r) for m, r in state["finished"].items()}
     trainer.step = state["step"]
     for g, flat in state["model"].items():

@@ -155,7 +155,7 @@ class PackTrainer:
     def _per_sample_xy(self, x, y, rng=None):
         return self.model.head.per_sample(self.model(x, rng), y)
 
-    def _all_points(self):
+    def all_points(self):
         """x and y of all N points for every member, [K, N, ...]: the same tensors every step until the pack
         shrinks, so joint mode gathers them (and a model may cache what it derives from them) once."""
         if self._joint_xy is None or self._joint_xy[0].shape[0] != self.K:
@@ -227,7 +227,7 @@ class PackTrainer:
         idx, w = self._batch()
         rng = self.rng if self.model.uses_dropout else None
         if self.joint:
-            loss, correct = self._per_sample_xy(*self._all_points(), rng)
+            loss, correct = self._per_sample_xy(*self.all_points(), rng)
             train_loss = (loss * self.w_train_all).sum(1)
             row = self._measured_row(loss, correct, self.train_mask_all, loss, correct, self.val_mask_all, record)
         elif self.split:
@@ -314,17 +314,17 @@ class PackTrainer:
         has stopped, so at most log_{4/3} K times. (Waiting for half cost whole sweeps: in Liu's grids ~40% of a
         pack stops within a thousand steps and the rest runs to the budget, at the full pack's cost.)
 
-        Their results are computed now and kept; the rest of the pack computes exactly what it did before,
-        since members never interact.
+        Their results are computed now and kept; the rest computes exactly what it did, as members never interact.
         """
         current = self._results_now()
         keep = [k for k, m in enumerate(self.members) if self.stopped_at[m] is None]
         for k, m in enumerate(self.members):
             if self.stopped_at[m] is not None:
                 self.finished[m] = current[k]
-        self._select(keep)
+        self.select_members(keep)
 
-    def _select(self, keep: list[int]):
+    def select_members(self, keep: list[int]):
+        """Keep rows `keep` of every per-member tensor and list (a compaction, or a checkpoint of a smaller pack)."""
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
         for name in PER_MEMBER_TENSORS:
             setattr(self, name, getattr(self, name).index_select(0, idx))

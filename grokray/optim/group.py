@@ -189,7 +189,7 @@ class GroupOptimizer:
         self._update(self.param, self.grad, self.scratch, lr, h, self.state, n, noise)
 
     def _step_rows(self, step: int, active: torch.Tensor):
-        kernel = torch._fused_adamw_ if self.kind == "adamw" else torch._fused_adam_  # adam: coupled L2
+        kernel = P.fused_adam_kernel(decoupled=self.kind == "adamw")  # adam: coupled L2
         self.step_count.fill_(step + 1)
         m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
         for k, on in enumerate(active.view(-1).tolist()):
@@ -207,7 +207,7 @@ class GroupOptimizer:
             self.grad.addcmul_(self.param, h["weight_decay"])
         self.step_count.fill_(step + 1)
         s.zero_()  # the kernel's "parameter": it ends as minus the direction, m_hat / (sqrt(v_hat) + eps)
-        torch._fused_adam_([s], [self.grad], [self.state["exp_avg"]], [self.state["exp_avg_sq"]], [],
+        P.fused_adam_kernel(decoupled=False)([s], [self.grad], [self.state["exp_avg"]], [self.state["exp_avg_sq"]], [],
                            [self.step_count], lr=1.0, beta1=float(h["beta1"][0]), beta2=float(h["beta2"][0]),
                            weight_decay=0.0, eps=float(h["eps"][0]), amsgrad=False, maximize=False)
         if self.kind == "adamw":

@@ -140,7 +140,7 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
     this machine's card when it has one. `use`: how much of their budget the members train, as measured on stored
     runs (tracking.history); None: the prior."""
     res = plan.spec.resources
-    device = "cuda" if res.gpu > 0 else "cpu"
+    device = res.device
     gpu_name = local_gpu_name() if device == "cuda" else None
     can_measure = device == "cpu" or gpu_name is not None
     costs: dict[str, StepCost] = {}

@@ -187,7 +187,7 @@ def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = No
     """Every configuration of the spec (validated), grouped by pack signature, chunked into packs.
     gpu_free_bytes: free memory of the GPUs the packs will run on, for `pack_size: auto` (None: see sizing)."""
     slots = slots if slots is not None else local_slots(spec)
-    device = "cuda" if spec.resources.gpu > 0 else "cpu"
+    device = spec.resources.device
     if device == "cuda" and gpu_free_bytes is None and spec.resources.pack_size == "auto":
         gpu_free_bytes = local_gpu_free_bytes()  # --dry-run on a GPU machine: this card's free memory
     points = spec.points()

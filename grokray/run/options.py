@@ -50,6 +50,11 @@ class LaunchOptions:
         mistakes.raise_any()
 
 
+def launch_status(errored_trials: int, interrupted: bool) -> str:
+    """The one status rule: FAILED when a trial failed, else KILLED when interrupted, else FINISHED."""
+    return "FAILED" if errored_trials else "KILLED" if interrupted else "FINISHED"
+
+
 @dataclass
 class LaunchSummary:
     """What one launch did, whichever driver ran it."""
@@ -78,7 +83,7 @@ class LaunchSummary:
 
     @property
     def status(self) -> str:
-        return "FAILED" if self.errored_trials else "KILLED" if self.interrupted else "FINISHED"
+        return launch_status(self.errored_trials, self.interrupted)
 
     @property
     def exit_code(self) -> int:

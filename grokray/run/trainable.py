@@ -23,7 +23,7 @@ from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
 from ..phases import counted_phase
 from ..search.objective import report_metrics
-from ..spec import parse_trial
+from ..spec import device_for, parse_trial
 from ..tracking.pack_runs import PackTracker
 from .context import TrialContext
 
@@ -74,7 +74,7 @@ def train_pack(config: dict) -> None:
     configs = [parse_trial(m["config"]) for m in pack["members"]]
     torch.set_num_threads(usable_threads(ctx.cpu))
     placement = gpu_placement()
-    device = "cuda" if ctx.gpu > 0 else "cpu"
+    device = device_for(ctx.gpu)
     if device == "cuda" and not torch.cuda.is_available():
         # Ray placed this pack on a GPU its torch cannot open: fail this trial with the reason, not the sweep.
         raise RuntimeError(f"pack {pack['pack_id']} was placed on GPU {placement['gpu_ids']} "

@@ -130,6 +130,13 @@ def study_fingerprint(spec: Spec, cfg: SearchConfig) -> dict:
             "penalty": cfg.penalty, **seeds, **enqueued}
 
 
+def set_running_trial_attr(study, trial, key: str, value) -> None:
+    """A user attribute on a RUNNING trial found by number. Optuna 5 has no public way to do this (only the Trial
+    that `ask` returned can, and the dead driver held it), so this is grokray's one use of Optuna's private
+    storage handle; tests/test_search_objective.py fails by name if Optuna changes it."""
+    study._storage.set_trial_user_attr(trial._trial_id, key, value)
+
+
 def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> tuple[int, int]:
     """Trials a dead driver left RUNNING. One whose MLflow run had already finished (the driver died between the
     worker's last log and Optuna's tell) is told the values computed from that run, so it is never trained again;
@@ -146,10 +153,8 @@ def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> 
             attrs = {"phase": run["phase"], "step_train_acc": _or_minus_one(run["step_train"]),
                      "step_val_acc": _or_minus_one(run["step_val"]), "recovered_from_mlflow": True,
                      **({k: vote[k] for k in SEED_ATTRS} if len(runs) > 1 else {})}
-            # Optuna 5 has no public way to set a user attribute on a RUNNING trial found by number (only on the
-            # Trial that `ask` returned, which the dead driver held): its storage is the one handle there is.
             for attr, value in attrs.items():
-                study._storage.set_trial_user_attr(t._trial_id, attr, value)
+                set_running_trial_attr(study, t, attr, value)
             study.tell(t.number, values if cfg.multi else values[0])
             told += 1
         else:

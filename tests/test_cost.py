@@ -233,3 +233,24 @@ def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
     _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 8 + [(budget, 900, "grokking")] * 2)
     most = estimate_plan(plan, calibrate_costs=False, slots=2, use=measured_use(uri, plan))
     assert most.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * budget / 1700)) == most.upper_seconds
+
+
+def test_the_dry_run_times_each_pack_shape_once_and_a_new_store_costs_no_mlflow_import(tmp_path):
+    """Issue 39: the dry-run took 21 s. Packs of one shape share their measured cost (the quickstart's smoke plan:
+    two packs of 4, one calibration), and a store that does not exist yet is not opened, so MLflow's seconds of
+    imports are not paid and no empty store is left behind."""
+    import subprocess
+    import sys
+
+    plan = expand(load_spec(ROOT / "sweeps" / "quickstart.yaml", scale="smoke"), slots=2)
+    est = estimate_plan(plan, slots=2)
+    assert len(plan.packs) == 2 and len(est.costs) == 2 and "1 pack shape(s) for 2 of 2 packs" in est.basis
+    assert len({id(c) for c in est.costs.values()}) == 1  # one measurement, shared
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "grokray", "run",
+                           str(ROOT / "sweeps" / "quickstart.yaml"), "--scale", "smoke", "--dry-run",
+                           "--tracking-uri", f"sqlite:///{tmp_path}/new.db"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "estimate:" in done.stdout, done.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")]
+    assert "torch" in imported and not [m for m in imported if m.split(".")[0] in ("mlflow", "ray")]
+    assert not (tmp_path / "new.db").exists()

@@ -40,6 +40,18 @@ def measure(spec, workdir: Path) -> tuple[float, dict]:
     return time.perf_counter() - t0, summary.timings
 
 
+def dry_run_seconds(spec_path: str, scale: str | None, workdir: Path) -> float:
+    """The wall of `grokray run SPEC --dry-run` itself, as a user runs it: a fresh process on a fresh store."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "grokray", "run", spec_path, "--dry-run", "--tracking-uri",
+           f"sqlite:///{workdir}/dry.db", *(["--scale", scale] if scale else [])]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=workdir, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     from grokray.spec import load_spec
 
@@ -53,6 +65,8 @@ def main() -> None:
     ratios = []
     for i in range(args.repeats):
         with tempfile.TemporaryDirectory() as d:
+            dry_s = dry_run_seconds(args.spec, args.scale, Path(d))
+            print(f"run {i + 1}: `grokray run --dry-run` itself: {dry_s:.1f} s")
             est = estimate(spec, f"sqlite:///{d}/mlflow.db")  # a fresh store: the estimate's prior, as a new user
             wall, timings = measure(spec, Path(d))
         ratios.append(wall / est.seconds)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .load import mlflow_client
+from .load import open_store
 from .representations import agop_circulant_distance, fourier_spectrum, pca, rqi
 
 __all__ = ["EMBEDDINGS", "METRIC_COLUMNS", "STATE_ARTIFACT", "load_states", "representation_metrics",
@@ -75,30 +75,30 @@ def load_states(run_ids: Iterable[str], tracking_uri: str | None = None, name: s
     """Download and read the saved final state of each run: {run_id: {param name: array}}. Runs without the
     artifact are left out. dst: where to keep the downloaded files (default: a temporary directory)."""
 
-    client = mlflow_client(tracking_uri)
+    store = open_store(tracking_uri)
     out: dict[str, dict[str, np.ndarray]] = {}
     quiet = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ  # one progress bar per run is noise here
     if quiet:
         os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     try:
-        _download(client, run_ids, name, dst, out)
+        _download(store, run_ids, name, dst, out)
     finally:
         if quiet:
             os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
     return out
 
 
-def _download(client, run_ids, name, dst, out) -> None:
+def _download(store, run_ids, name, dst, out) -> None:
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(dst) if dst is not None else Path(tmp)
         for run_id in dict.fromkeys(run_ids):
-            if name not in {a.path for a in client.list_artifacts(run_id)}:
+            if name not in store.artifact_paths(run_id):
                 continue
             target = root / run_id
             target.mkdir(parents=True, exist_ok=True)
-            local = client.download_artifacts(run_id, name, str(target))
+            local = store.download(run_id, name, target)
             state = torch.load(local, map_location="cpu", weights_only=True)
             out[run_id] = {k: v.double().numpy() for k, v in state.items() if isinstance(v, torch.Tensor)}
 

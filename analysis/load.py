@@ -1,5 +1,6 @@
-"""MLflow runs -> pandas. mlflow is imported inside the functions that talk to a tracking server, so
-`import analysis` stays light and the pure `runs_to_frame` works on any objects shaped like mlflow Runs.
+"""Tracked runs -> pandas. The store (grokray.tracking.store, the one module that speaks MLflow) is opened inside
+the functions that read one, so `import analysis` stays light, and the pure `runs_to_frame` works on RunRecords
+from any source.
 
 Layout read (grokray/tracking): one experiment per spec name; a parent run per `grokray run`; one child run
 (tag mlflow.parentRunId) per configuration with params = flattened dotted keys of the trial config (strings),
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from grokray.tracking.client import search_all
+from grokray.tracking.records import RunRecord
 from grokray.tracking.schema import (
     CODE_VERSION_TAG,
     LOG_AXES_TAG,
@@ -53,12 +54,11 @@ def _uri(tracking_uri: str | None) -> str:
     return resolve_tracking_uri(tracking_uri)  # the launch's own rule: a relative SQLite path is the cwd's
 
 
-def mlflow_client(tracking_uri: str | None):
-    try:
-        from mlflow.tracking import MlflowClient
-    except ImportError as exc:  # pragma: no cover - mlflow is a dependency; the message helps slim installs
-        raise ImportError("analysis.load needs mlflow: pip install 'mlflow>=3.0'") from exc
-    return MlflowClient(tracking_uri=_uri(tracking_uri))
+def open_store(tracking_uri: str | None):
+    """The tracking store at tracking_uri (default: the launch's): MLflow is imported here, when one is read."""
+    from grokray.tracking.store import Store
+
+    return Store(_uri(tracking_uri))
 
 
 def _json_list(text: str | None) -> list[str]:
@@ -100,9 +100,8 @@ def _default_group_axes(df: pd.DataFrame, swept) -> list[str]:
     return added
 
 
-def runs_to_frame(runs: Iterable) -> pd.DataFrame:
-    """One row per run from mlflow Run objects (anything with .info.run_id/.info.run_name/.info.status/
-    .info.start_time and .data.params/.tags/.metrics).
+def runs_to_frame(runs: Iterable[RunRecord]) -> pd.DataFrame:
+    """One row per run (grokray.tracking.records.RunRecord).
 
     Columns: run_id, parent_run_id, run_name, the params by dotted key (swept axes first; numeric where possible),
     phase, step_train, step_val (crossing steps at the threshold; 0.9 when several), gap, steps_run, final/...,
@@ -111,12 +110,12 @@ def runs_to_frame(runs: Iterable) -> pd.DataFrame:
     """
     rows, params_seen, swept, log = [], {}, {}, {}
     for r in runs:
-        tags, metrics = dict(r.data.tags), dict(r.data.metrics)
-        row = {"run_id": r.info.run_id, "run_name": getattr(r.info, "run_name", None) or tags.get("mlflow.runName"),
-               "status": getattr(r.info, "status", None), "start_time": getattr(r.info, "start_time", None)}
+        tags, metrics = dict(r.tags), dict(r.metrics)
+        row = {"run_id": r.run_id, "run_name": r.name or tags.get("mlflow.runName"), "status": r.status,
+               "start_time": r.start_ms}
         for tag, col in _TAG_COLUMNS.items():
             row[col] = tags.get(tag)
-        for k, v in r.data.params.items():
+        for k, v in r.params.items():
             params_seen.setdefault(k, None)
             row[k] = v
         swept.update(dict.fromkeys(_json_list(tags.get(SWEPT_TAG))))
@@ -156,17 +155,14 @@ def runs_to_frame(runs: Iterable) -> pd.DataFrame:
     return df
 
 
-def _experiment_id(client, experiment: str) -> str:
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None and experiment.isdigit():
-        try:
-            exp = client.get_experiment(experiment)
-        except Exception:  # noqa: BLE001 - not an id either
-            exp = None
-    if exp is None:
-        known = sorted(e.name for e in client.search_experiments())
-        raise ValueError(f"no MLflow experiment {experiment!r}; known: {known}")
-    return exp.experiment_id
+def _experiment_id(store, experiment: str) -> str:
+    exp_id = store.experiment_id(experiment)
+    if exp_id is not None:
+        return exp_id
+    known = store.experiments()
+    if experiment in known:  # an experiment id
+        return experiment
+    raise ValueError(f"no MLflow experiment {experiment!r}; known: {sorted(known.values())}")
 
 
 def load_runs(experiment: str | None = None, parent_run_id: str | None = None, tracking_uri: str | None = None, *,
@@ -180,19 +176,19 @@ def load_runs(experiment: str | None = None, parent_run_id: str | None = None, t
     """
     if (experiment is None) == (parent_run_id is None):
         raise ValueError("give exactly one of experiment= or parent_run_id=")
-    client = mlflow_client(tracking_uri)
+    store = open_store(tracking_uri)
     if parent_run_id is not None:
-        exp_id = client.get_run(parent_run_id).info.experiment_id
-        runs = search_all(client, [exp_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
+        exp_id = store.run(parent_run_id).experiment_id
+        runs = store.runs([exp_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
     else:
-        exp_id = _experiment_id(client, experiment)
-        everything = search_all(client, [exp_id])
-        runs = [r for r in everything if "mlflow.parentRunId" in r.data.tags]
+        exp_id = _experiment_id(store, experiment)
+        everything = store.runs([exp_id])
+        runs = [r for r in everything if "mlflow.parentRunId" in r.tags]
         if latest_parent and runs:
-            parents = {r.data.tags["mlflow.parentRunId"] for r in runs}
-            start = {r.info.run_id: r.info.start_time or 0 for r in everything if r.info.run_id in parents}
+            parents = {r.tags["mlflow.parentRunId"] for r in runs}
+            start = {r.run_id: r.start_ms or 0 for r in everything if r.run_id in parents}
             latest = max(parents, key=lambda p: start.get(p, 0))
-            runs = [r for r in runs if r.data.tags["mlflow.parentRunId"] == latest]
+            runs = [r for r in runs if r.tags["mlflow.parentRunId"] == latest]
     df = runs_to_frame(runs)
     df.attrs.update(experiment_id=exp_id, tracking_uri=_uri(tracking_uri))
     return df
@@ -201,16 +197,16 @@ def load_runs(experiment: str | None = None, parent_run_id: str | None = None, t
 def parent_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """The `grokray run`s of an experiment: run_id, run_name, start_time, status, spec_hash, code_version and a
     phase_count.<phase> column per phase (from the parent's tags), newest first."""
-    client = mlflow_client(tracking_uri)
-    everything = search_all(client, [_experiment_id(client, experiment)])
-    parents = {r.data.tags["mlflow.parentRunId"] for r in everything if "mlflow.parentRunId" in r.data.tags}
+    store = open_store(tracking_uri)
+    everything = store.runs([_experiment_id(store, experiment)])
+    parents = {r.tags["mlflow.parentRunId"] for r in everything if "mlflow.parentRunId" in r.tags}
     rows = []
     for r in everything:
-        if r.info.run_id not in parents and r.data.tags.get(ROLE_TAG) != PARENT:
+        if r.run_id not in parents and r.tags.get(ROLE_TAG) != PARENT:
             continue
-        tags = r.data.tags
-        row = {"run_id": r.info.run_id, "run_name": r.info.run_name, "start_time": r.info.start_time,
-               "status": r.info.status, "spec_hash": tags.get(SPEC_HASH_TAG),
+        tags = r.tags
+        row = {"run_id": r.run_id, "run_name": r.name, "start_time": r.start_ms,
+               "status": r.status, "spec_hash": tags.get(SPEC_HASH_TAG),
                "code_version": tags.get(CODE_VERSION_TAG)}
         row.update({k.removeprefix("grokray."): int(v) for k, v in tags.items()
                     if k.startswith(PHASE_COUNT_TAG) and v.isdigit()})
@@ -227,12 +223,12 @@ def load_curves(run_ids: Sequence[str], tracking_uri: str | None = None,
     One get_metric_history request per (run, key) returns the whole series (MLflow pages it internally); never
     a request per step. Against a server the requests run in a thread pool; a SQLite store is read serially.
     """
-    client = mlflow_client(tracking_uri)
+    store = open_store(tracking_uri)
     jobs = [(r, k) for r in dict.fromkeys(run_ids) for k in keys]
 
     def fetch(job):
         run_id, key = job
-        return [(run_id, key, m.step, m.value) for m in client.get_metric_history(run_id, key)]
+        return [(run_id, key, m.step, m.value) for m in store.curve(run_id, key)]
 
     if _uri(tracking_uri).startswith(("http://", "https://")) and len(jobs) > 1:
         from concurrent.futures import ThreadPoolExecutor

@@ -19,7 +19,7 @@ from . import plots
 from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
 from .labels import runs_subtitle, step_unit
-from .load import load_runs, mlflow_client, parent_runs
+from .load import load_runs, open_store, parent_runs
 from .plots_diagram import plot_comparison, plot_phase_diagram, plot_steps_heatmap
 from .representations import agop_image, pca
 
@@ -209,7 +209,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         parent = ids[0] if len(ids) == 1 else (parent_runs(experiment, tracking_uri)["run_id"].iloc[0] if ids
                                                 else None)
     if log and parent is not None:
-        client = mlflow_client(tracking_uri)
+        store = open_store(tracking_uri)
         for f in files:
-            client.log_artifact(parent, str(f), ARTIFACT_DIR)
+            store.log_artifact(parent, f, ARTIFACT_DIR)
     return Analysis(df, grid, counts, parent if log else None, files, comparison, other_label, reps)

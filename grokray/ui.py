@@ -15,12 +15,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
-
 from .errors import SpecError
 from .tracking.client import existing_store
 from .tracking.local_servers import MlflowServer
 from .tracking.schema import PARENT, ROLE_TAG
+from .tracking.store import Store
 
 WHAT_TO_CLICK = """In the runs table: the parent run (the sweep) holds one child run per configuration; expand it
 with the + beside its name. Its description says what ran and what came out; its Artifacts tab holds
@@ -35,20 +34,18 @@ def _port_free(host: str, port: int) -> bool:
 
 def experiment_page(uri: str, experiment: str | None) -> tuple[str, str]:
     """(experiment id, name) to open: the one named, else the one with the latest grokray sweep."""
-    client = MlflowClient(uri)
+    store = Store(uri)
+    exps = store.experiments()
     if experiment is not None:
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            names = [e.name for e in client.search_experiments()]
-            raise SpecError("--experiment", f"no experiment {experiment!r} in {uri}; there are: {', '.join(names)}")
-        return exp.experiment_id, exp.name
-    exps = {e.experiment_id: e.name for e in client.search_experiments()}
-    latest = client.search_runs(list(exps), f"tags.`{ROLE_TAG}` = '{PARENT}'", max_results=1,
-                                order_by=["attributes.start_time DESC"]) if exps else []
-    if not latest:
+        exp_id = store.experiment_id(experiment)
+        if exp_id is None:
+            raise SpecError("--experiment", f"no experiment {experiment!r} in {uri}; there are: "
+                                            f"{', '.join(exps.values())}")
+        return exp_id, experiment
+    latest = store.latest(list(exps), f"tags.`{ROLE_TAG}` = '{PARENT}'")
+    if latest is None:
         return "", ""
-    exp_id = latest[0].info.experiment_id
-    return exp_id, exps[exp_id]
+    return latest.experiment_id, exps[latest.experiment_id]
 
 
 def _interrupt(*_) -> None:

@@ -2,7 +2,6 @@
 
 import itertools
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -20,6 +19,7 @@ from analysis.diagram import (
 )
 from analysis.load import runs_to_frame
 from grokray.phases import PHASES
+from grokray.tracking.records import RunRecord
 
 LRS = [1e-4, 1e-3, 1e-2]
 WDS = [0, 1]
@@ -159,16 +159,14 @@ def test_generalization_vs_fraction_critical_point():
     assert curve.table.set_index("task.train_fraction").loc[0.5, "median_steps"] == pytest.approx(2000)
 
 
-def test_runs_to_frame_from_mlflow_shaped_runs():
+def test_runs_to_frame_from_run_records():
     def run(i, lr, wd, seed, phase, metrics):
         tags = {"mlflow.parentRunId": "P", "grokray.phase": phase, "grokray.model": "toy", "grokray.task": "addition",
                 "grokray.trial_key": f"k{i}", "grokray.pack_id": "pack0", "grokray.swept": json.dumps([X, Y, "seed"]),
                 "grokray.log_axes": json.dumps([X])}
         params = {X: str(lr), Y: str(wd), "seed": str(seed), "model.activation": "tanh", "task.train_fraction": "None",
                   "model.hidden": "[200, 200]"}
-        return SimpleNamespace(info=SimpleNamespace(run_id=f"r{i}", run_name=f"run {i}", status="FINISHED",
-                                                    start_time=i),
-                               data=SimpleNamespace(params=params, tags=tags, metrics=metrics))
+        return RunRecord(f"r{i}", f"run {i}", "1", "FINISHED", i, None, params, tags, metrics)
 
     df = runs_to_frame([
         run(0, 1e-4, 0, 0, "grokking", {"step_train_acc_0.9": 10.0, "step_val_acc_0.9": 3000.0, "grokking_gap": 2990.0,
@@ -194,8 +192,7 @@ def test_a_swept_default_group_field_gets_its_column_back():
         tags = {"mlflow.parentRunId": "P", "grokray.phase": "grokking",
                 "grokray.swept": json.dumps(["optim.default.weight_decay", "seed"])}
         params = {"optim.hidden.weight_decay": str(wd), "optim.last.weight_decay": str(wd), "seed": "0"}
-        return SimpleNamespace(info=SimpleNamespace(run_id=f"r{i}", run_name="", status="FINISHED", start_time=i),
-                               data=SimpleNamespace(params=params, tags=tags, metrics={}))
+        return RunRecord(f"r{i}", "", "1", "FINISHED", i, None, params, tags, {})
 
     df = runs_to_frame([run(0, 0.1), run(1, 3.0)])
     assert df["optim.default.weight_decay"].tolist() == [0.1, 3.0]

@@ -33,6 +33,7 @@ LAZY_ALLOWED = {
                    "`--help` answers at once",
     "grokray.run.replay": "Ray and Optuna load only for a search's spool, which links its trials after the replay",
     "grokray.run.report": "the closing figures load matplotlib when a launch ends, not before its first trial",
+    "analysis.load": "`import analysis` stays light: the store (and MLflow under it) loads when runs are read",
     "grokray.tracking.history": "MLflow (through tracking.client) loads only when a store is there to measure: a "
                                 "dry-run of a new spec pays none of its seconds of imports",
 }
@@ -274,3 +275,22 @@ def test_no_private_module_imported_outside_the_named_ones():
     assert not bad, bad
     assert private_modules(ast.parse("from ray._private.utils import x\nimport torch._dynamo\n")) == \
         ["ray._private.utils", "torch._dynamo"]
+
+
+def test_only_tracking_imports_mlflow():
+    """docs/ARCHITECTURE.md: everything MLflow-specific sits in tracking/; the rest reads plain records
+    (tracking.records) through tracking.store."""
+    bad = []
+    for p in SOURCES:
+        tree = ast.parse(p.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+        if any(m.split(".")[0] == "mlflow" for m in names) and not module_name(p).startswith("grokray.tracking."):
+            bad.append(module_name(p))
+    assert not bad, bad
+
+
+def test_importing_analysis_loads_no_mlflow():
+    code = "import sys, analysis; print(any(m.split('.')[0] == 'mlflow' for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"

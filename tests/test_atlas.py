@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from grokray.atlas.plan import expected_text, plan_figure, title_text
 from grokray.errors import SpecError
 from grokray.spec import load_spec
+from grokray.tracking.client import counted_phase_of
 
 ROOT = Path(__file__).resolve().parents[1]
 FIG6B = ROOT / "sweeps" / "liu_fig6b_toy_regression.yaml"
@@ -135,9 +136,11 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     children = [c for r in result.records for c in client.search_runs(
         [client.get_run(r.parent_run_id).info.experiment_id], f"tags.mlflow.parentRunId = '{r.parent_run_id}'")]
     assert len(children) == 2 * 2 + 2 * 2  # low: 1 lr x 2 wd x 2 seeds; high: 2 lrs x 2 wd x 1 seed
-    counts = {}
+    counts, tagged = {}, {}
     for c in children:
-        counts[c.data.tags["grokray.phase"]] = counts.get(c.data.tags["grokray.phase"], 0) + 1
+        phase = counted_phase_of(c)  # an undecodable split counts apart, as everywhere (issue 39)
+        counts[phase] = counts.get(phase, 0) + 1
+        tagged[c.data.tags["grokray.phase"]] = tagged.get(c.data.tags["grokray.phase"], 0) + 1
     page = (out / "small-reduced.md").read_text()
     table = dict(re.findall(r"^\| (\w+) \| (\d+) \|$", page.split("## Phase counts")[1], re.M))
     assert {p: int(n) for p, n in table.items()} == counts
@@ -148,7 +151,7 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     import pandas as pd
 
     runs = pd.read_csv(out / "data" / "small-reduced.csv")
-    assert len(runs) == 8 and runs["phase"].value_counts().to_dict() == counts
+    assert len(runs) == 8 and runs["phase"].value_counts().to_dict() == tagged
     assert {"piece", "optim.decoder.lr", "optim.decoder.weight_decay", "seed", "ideal_val_acc"} <= set(runs.columns)
     assert "[data/small-reduced.csv](data/small-reduced.csv)" in page
     assert "> Expected: something at every cell." in page
@@ -279,6 +282,7 @@ def test_a_killed_segment_keeps_the_wall_time_its_clock_logged(tmp_path):
     import time
 
     from grokray.atlas.runner import ESTIMATE_METRIC, WALL_METRIC, SegmentClock, segments
+    from grokray.tracking.store import Store
 
     piece = plan_figure(_write(tmp_path, SMALL), "reduced").pieces[0]
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -289,15 +293,16 @@ def test_a_killed_segment_keeps_the_wall_time_its_clock_logged(tmp_path):
         run = client.create_run(exp, tags={"grokray.role": "parent", "grokray.spec_hash": piece.spec.hash()})
         time.sleep(2.0)
     # killed here: no final log; the heartbeats hold one segment of about the time the clock ran
-    [(start, wall)] = segments(client, run.info.run_id)
+    store = Store(uri)
+    [(start, wall)] = segments(store, run.info.run_id)
     assert start == pytest.approx(clock.start, abs=1e-3) and 1.0 < wall <= time.time() - clock.start
     assert len(client.get_metric_history(run.info.run_id, WALL_METRIC)) > 3  # one point per heartbeat
     assert client.get_run(run.info.run_id).data.metrics[ESTIMATE_METRIC] == 120.0
 
     # the resumed segment is a second entry, and the first keeps its length
     with SegmentClock(uri, piece, (120.0, 240.0), every=0.1) as second:
-        second.log(client, run.info.run_id)
+        second.log(store, run.info.run_id)
         time.sleep(0.3)
-    second.log(client, run.info.run_id)
-    assert [s for s, _ in segments(client, run.info.run_id)] == pytest.approx([clock.start, second.start], abs=1e-3)
-    assert segments(client, run.info.run_id)[0][1] == wall and 0.3 <= segments(client, run.info.run_id)[1][1] < wall
+    second.log(store, run.info.run_id)
+    assert [s for s, _ in segments(store, run.info.run_id)] == pytest.approx([clock.start, second.start], abs=1e-3)
+    assert segments(store, run.info.run_id)[0][1] == wall and 0.3 <= segments(store, run.info.run_id)[1][1] < wall

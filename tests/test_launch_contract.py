@@ -13,6 +13,7 @@ from grokray.run.options import LaunchOptions
 from grokray.tracking.pack_runs import RunTarget
 from grokray.tracking.parent import missing_parent_tags
 from grokray.tracking.schema import CLOSED_PARENT_TAGS, KIND_TAG, KINDS
+from grokray.tracking.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {
@@ -93,7 +94,7 @@ def test_each_driver_launches_through_the_same_layer_and_the_atlas_skips_it_once
     tags = parent.data.tags
     assert missing_parent_tags(tags) == [] and all(t in tags for t in CLOSED_PARENT_TAGS)
     assert tags[KIND_TAG] == kind and tags["grokray.atlas.piece"] == piece.name
-    assert parent.info.status == "FINISHED" and is_complete(parent)
+    assert parent.info.status == "FINISHED" and is_complete(Store(uri).run(record.parent_run_id))
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert children and all(c.info.status == "FINISHED" and "grokray.phase" in c.data.tags for c in children)
     assert all(c.data.tags["grokray.spec_hash"] == tags["grokray.spec_hash"] for c in children)

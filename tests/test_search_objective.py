@@ -183,6 +183,7 @@ def test_parent_run_gets_best_params_importances_history_and_pareto(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from grokray.search.artifacts import log_parent_results
+    from grokray.tracking.store import Store
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.create_experiment("t")
@@ -190,7 +191,7 @@ def test_parent_run_gets_best_params_importances_history_and_pareto(tmp_path):
         objective = "[time_to_generalize, grokking_gap]" if multi else "time_to_generalize"
         cfg = parse_search(load_spec(TOY, [f"search.objective={objective}"]))
         run = client.create_run(exp).info.run_id
-        logged = log_parent_results(client, run, _study(multi), cfg)
+        logged = log_parent_results(Store(f"sqlite:///{tmp_path}/mlflow.db"), run, _study(multi), cfg)
         data = client.get_run(run).data
         arts = {a.path for a in client.list_artifacts(run, "search")}
         assert set(logged) == arts
@@ -206,7 +207,7 @@ def test_parent_run_gets_best_params_importances_history_and_pareto(tmp_path):
     cfg = parse_search(load_spec(TOY))
     import optuna
 
-    log_parent_results(client, one, optuna.create_study(), cfg)
+    log_parent_results(Store(f"sqlite:///{tmp_path}/mlflow.db"), one, optuna.create_study(), cfg)
     local = client.download_artifacts(one, "search/param_importances.csv", str(tmp_path))
     text = Path(local).read_text()  # the CSV the README promises is there, and says why it is empty
     assert text.splitlines()[0] == "objective,param,importance,note" and "needs >= 2 completed trials" in text

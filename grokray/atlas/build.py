@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
-
 from ..errors import SpecError
 from ..search.config import parse_search
+from ..tracking.store import Store
 from .methods import write_methods_page
 from .page import PieceTiming, page_is_current, refresh_kept_page, write_index, write_page
 from .plan import Figure, plan_atlas
@@ -38,7 +37,7 @@ def piece_timings(figure: Figure, records: list[PieceRecord], tracking_uri: str)
     """Estimate against measured per piece. A piece stored without an estimate (run by plain `grokray run`, or by
     an older atlas) gets one made now, and it is logged on its parent so the page stays the same next time."""
 
-    client = MlflowClient(tracking_uri)
+    store = Store(tracking_uri)
     out = []
     for piece, rec in zip(figure.pieces, records, strict=True):
         est = rec.estimate
@@ -46,8 +45,8 @@ def piece_timings(figure: Figure, records: list[PieceRecord], tracking_uri: str)
             e = estimate_piece(piece)
             est = (e.seconds, e.upper_seconds)
             if rec.parent_run_id:
-                client.log_metric(rec.parent_run_id, ESTIMATE_METRIC, est[0])
-                client.log_metric(rec.parent_run_id, UPPER_METRIC, est[1])
+                store.log_metric(rec.parent_run_id, ESTIMATE_METRIC, est[0])
+                store.log_metric(rec.parent_run_id, UPPER_METRIC, est[1])
         configurations, packs = rec.configurations or len(piece.spec.points()), rec.packs
         if piece.search:  # a search's parent counts no grid: it ran n_trials trials, each a pack of its seeds
             packs = parse_search(piece.spec).n_trials

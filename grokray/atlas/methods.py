@@ -18,29 +18,29 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
 
 from ..search.config import parse_search  # noqa: E402
+from ..tracking.store import Store  # noqa: E402
 from .markdown import md_table, minutes  # noqa: E402
 
 
-def trials_of(client: MlflowClient, parent_run_id: str) -> list[dict]:
+def trials_of(store: Store, parent_run_id: str) -> list[dict]:
     """The search's trials.csv (one row per trial, its values, params and seed vote) from its parent run."""
     with tempfile.TemporaryDirectory() as d:
         try:
-            path = Path(client.download_artifacts(parent_run_id, "search/trials.csv", d))
+            path = store.download(parent_run_id, "search/trials.csv", d)
         except Exception:  # noqa: BLE001 - a search that ended before any trial completed logs no trials.csv
             return []
         with path.open() as f:
             return list(csv.DictReader(f))
 
 
-def method_row(result, client: MlflowClient) -> dict:
+def method_row(result, store: Store) -> dict:
     """One method's figures: its published steps, trial 0 (the enqueued setting) and the best trial."""
     figure = result.figure
     cfg = parse_search(figure.pieces[0].spec)
     objective = f"value.{cfg.objective[0]}"
-    trials = trials_of(client, result.records[0].parent_run_id)  # pruned by ASHA too: they count as tried
+    trials = trials_of(store, result.records[0].parent_run_id)  # pruned by ASHA too: they count as tried
     done = [t for t in trials if t.get("state") == "COMPLETE" and t.get(objective) not in (None, "")]
     scored = sorted((t for t in done if float(t[objective]) < cfg.penalty), key=lambda t: float(t[objective]))
     first = next((t for t in done if t["number"] == "0"), None)
@@ -68,7 +68,7 @@ def _setting(trial: dict | None, searched: list[str]) -> str:
     return ", ".join(f"{k.split('.')[-1]} {float(trial[k]):.3g}" for k in searched if trial.get(k) not in (None, ""))
 
 
-def curves_figure(rows: list[dict], client: MlflowClient, path: Path, threshold: float) -> None:
+def curves_figure(rows: list[dict], store: Store, path: Path, threshold: float) -> None:
     """val/acc of every seed of each method's best trial (dashed: trial 0, where none generalized), one colour per
     method."""
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
@@ -79,7 +79,7 @@ def curves_figure(rows: list[dict], client: MlflowClient, path: Path, threshold:
             continue
         label = row["label"] + ("" if style == "-" else " (trial 0; none generalized)")
         for j, run_id in enumerate(r for r in trial.get("mlflow_run_id", "").split(",") if r):
-            history = sorted(client.get_metric_history(run_id, "val/acc"), key=lambda m: m.step)
+            history = store.curve(run_id, "val/acc")
             ax.plot([max(m.step, 1) for m in history], [m.value for m in history], color=colours[i % len(colours)],
                     lw=1.2, ls=style, alpha=0.85, label=label if j == 0 else None)
     ax.axhline(threshold, color="grey", lw=0.8, ls=":")
@@ -97,8 +97,8 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
     """<out>/<name>-<scale>.md (+ its json and curves figure) from the figures that name this page."""
     out = Path(out_dir)
     (out / "img").mkdir(parents=True, exist_ok=True)
-    client = MlflowClient(tracking_uri)
-    rows = [method_row(r, client) for r in results]
+    store = Store(tracking_uri)
+    rows = [method_row(r, store) for r in results]
     scale = results[0].figure.scale
     stem = f"{name}-{scale}"
     objective, penalty, budget = rows[0]["objective"], rows[0]["penalty"], rows[0]["budget"]
@@ -111,7 +111,7 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
         "its setting": _setting(r["best"], r["searched"]),
         "trials": r["trials"], "wall": minutes(r["wall_s"]), "page": f"[{r['figure']}]({r['figure']}.md)"}
         for r in rows])
-    curves_figure(rows, client, out / "img" / f"{stem}-curves.png", threshold)
+    curves_figure(rows, store, out / "img" / f"{stem}-curves.png", threshold)
     fastest = min((r for r in rows if r["best"]), key=lambda r: float(r["best"][objective]), default=None)
     baseline = next((r for r in rows if r["baseline"]), None)
     lines = [f"# {name}: the methods side by side ({scale} scale)", "",

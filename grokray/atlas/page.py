@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from mlflow.tracking import MlflowClient
 
 from analysis.diagram import phase_counts, phase_grid, pivot
 from analysis.labels import runs_subtitle
@@ -26,6 +25,7 @@ from ..plan.estimate import LONG_SHARE
 from ..plan.expand import short_names
 from ..tracking.history import share_and_mean
 from ..tracking.schema import SEARCH_OBJECTIVE_TAG
+from ..tracking.store import Store
 from .fraction import fraction_section
 from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
@@ -230,18 +230,17 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
 def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame, img_dir: Path,
                     tracking_uri: str) -> tuple[list[str], dict]:
 
-    client = MlflowClient(tracking_uri)
+    store = Store(tracking_uri)
     run_id = records[0].parent_run_id
     lines, summary = [], {}
     with tempfile.TemporaryDirectory() as d:
-        local = Path(client.download_artifacts(run_id, "search", d))
+        local = store.download(run_id, "search", d)
         best = json.loads((local / "best.json").read_text()) if (local / "best.json").exists() else []
         for png in sorted(local.glob("*.png")):
             target = img_dir / f"{figure.stem}-{png.stem}.png"
             shutil.copyfile(png, target)
             lines += [f"![{png.stem}](img/{target.name})", ""]
-    run = client.get_run(run_id)
-    objective = run.data.tags.get(SEARCH_OBJECTIVE_TAG, "")
+    objective = store.run(run_id).tags.get(SEARCH_OBJECTIVE_TAG, "")
     seeds = figure.pieces[0].spec.seeds
     counted = (f"; each at seeds {', '.join(map(str, seeds))}, scored by what a majority of its voting seeds "
                "reached" if len(seeds) > 1 else "")

@@ -14,8 +14,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from mlflow.tracking import MlflowClient
-
 from ..errors import SpecError
 from ..plan.estimate import BudgetUse, estimate_plan, plan_budget
 from ..plan.expand import expand
@@ -24,7 +22,6 @@ from ..run.grid import run_sweep
 from ..run.options import LaunchOptions
 from ..run.search import run_search
 from ..search.config import parse_search, search_plan
-from ..tracking.client import find_parent
 from ..tracking.history import measured_budget_use
 from ..tracking.schema import (
     ATLAS_PIECE_TAG,
@@ -36,6 +33,7 @@ from ..tracking.schema import (
     PACKS_TAG,
     PHASE_COUNT_TAG,
 )
+from ..tracking.store import Store
 from .plan import Figure, PieceRun
 
 WALL_METRIC = "atlas/wall_s"
@@ -67,9 +65,9 @@ class PieceRecord:
 def is_complete(run) -> bool:
     """Finished, and every configuration it counts has a phase (a search's pruned trials have none: it is
     complete once finished). The same test for a grid, an adaptive sweep and a search."""
-    if run is None or run.info.status != "FINISHED":
+    if run is None or run.status != "FINISHED":
         return False
-    tags = run.data.tags
+    tags = run.tags
     if tags.get(KIND_TAG) == "search":
         return True
     counted = sum(int(v) for k, v in tags.items() if k.startswith(PHASE_COUNT_TAG))
@@ -89,11 +87,11 @@ def estimate_piece(piece: PieceRun, tracking_uri: str | None = None):
     return estimate_plan(plan, slots=slots, use=BudgetUse(*found) if found else None)
 
 
-def segments(client, run_id: str) -> list[tuple[float, float]]:
+def segments(store: Store, run_id: str) -> list[tuple[float, float]]:
     """(start, wall seconds) of each segment: the largest heartbeat logged with that start timestamp."""
     longest: dict[float, float] = {}
-    for m in client.get_metric_history(run_id, WALL_METRIC):
-        longest[m.timestamp / 1000.0] = max(m.value, longest.get(m.timestamp / 1000.0, 0.0))
+    for m in store.curve(run_id, WALL_METRIC):
+        longest[m.timestamp_ms / 1000.0] = max(m.value, longest.get(m.timestamp_ms / 1000.0, 0.0))
     return sorted(longest.items())
 
 
@@ -118,28 +116,28 @@ class SegmentClock:
         self._stop.set()
         self._thread.join()
 
-    def log(self, client, run_id: str) -> None:
-        client.log_metric(run_id, WALL_METRIC, time.time() - self.start, timestamp=int(self.start * 1000))
+    def log(self, store: Store, run_id: str) -> None:
+        store.log_metric(run_id, WALL_METRIC, time.time() - self.start, timestamp_ms=int(self.start * 1000))
         if self.run_id is None:
-            client.log_metric(run_id, ESTIMATE_METRIC, self.estimate[0])
-            client.log_metric(run_id, UPPER_METRIC, self.estimate[1])
+            store.log_metric(run_id, ESTIMATE_METRIC, self.estimate[0])
+            store.log_metric(run_id, UPPER_METRIC, self.estimate[1])
             if self.use is not None:
-                client.log_metric(run_id, SHARE_METRIC, self.use[0])
-                client.log_metric(run_id, TRAINED_METRIC, self.use[1])
-                client.set_tag(run_id, ATLAS_USE_TAG, self.use[2])
+                store.log_metric(run_id, SHARE_METRIC, self.use[0])
+                store.log_metric(run_id, TRAINED_METRIC, self.use[1])
+                store.set_tag(run_id, ATLAS_USE_TAG, self.use[2])
             self.run_id = run_id
 
     def _beat(self) -> None:
-        client = MlflowClient(self.tracking_uri)
+        store = Store(self.tracking_uri)
         while not self._stop.wait(self.every):
             try:
                 run_id = self.run_id
                 if run_id is None:
-                    parent = find_parent(client, self.piece.spec.name, self.piece.spec.hash())
+                    parent = store.parent(self.piece.spec.name, self.piece.spec.hash())
                     if parent is None:
                         continue  # `grokray run` has not made it yet
-                    run_id = parent.info.run_id
-                self.log(client, run_id)
+                    run_id = parent.run_id
+                self.log(store, run_id)
             except Exception:  # noqa: BLE001 - a missed heartbeat costs one point of a wall-time record, never the run
                 continue
 
@@ -177,17 +175,17 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
     """Run (or skip, or resume) every piece of one figure; returns what each piece did and its wall time.
     run=False only looks up what is stored (a piece never run gives action 'missing', one interrupted or still
     running 'incomplete')."""
-    client = MlflowClient(tracking_uri)
+    store = Store(tracking_uri)
     results_dir = f"{storage.rstrip('/')}/atlas-{figure.scale}"  # one search journal per scale
     records = []
     for piece in figure.pieces:
-        parent = find_parent(client, piece.spec.name, piece.spec.hash())
+        parent = store.parent(piece.spec.name, piece.spec.hash())
         if is_complete(parent) or not run:
             action = "missing" if parent is None else "skipped" if is_complete(parent) else "incomplete"
             log(f"[atlas] {figure.stem} {piece.name}: {STORED[action]}")
         else:
             action = "resumed" if parent is not None else "ran"
-            stored = parent.data.metrics if parent is not None else {}
+            stored = parent.metrics if parent is not None else {}
             use = None  # a resumed piece keeps the estimate made before it first ran
             if ESTIMATE_METRIC in stored:
                 est = (stored[ESTIMATE_METRIC], stored[UPPER_METRIC])
@@ -198,18 +196,18 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
                 f"{len(piece.spec.points())} configurations (estimate {est[0] / 60:.1f} min)")
             with SegmentClock(tracking_uri, piece, est, use) as clock:
                 if parent is not None:
-                    clock.log(client, parent.info.run_id)  # a resumed piece's clock starts at once
+                    clock.log(store, parent.run_id)  # a resumed piece's clock starts at once
                 run_id = _run_piece(piece, figure.scale, tracking_uri, results_dir, parent is not None, progress)
-            clock.log(client, run_id)
-            parent = client.get_run(run_id)
+            clock.log(store, run_id)
+            parent = store.run(run_id)
         if parent is None:
             records.append(PieceRecord(piece.name, "", action))
             continue
-        m, tags = parent.data.metrics, parent.data.tags
+        m, tags = parent.metrics, parent.tags
         est = (m[ESTIMATE_METRIC], m[UPPER_METRIC]) if ESTIMATE_METRIC in m else None
         use = (m[SHARE_METRIC], m.get(TRAINED_METRIC, m[SHARE_METRIC]), tags.get(ATLAS_USE_TAG, "")) \
             if SHARE_METRIC in m else None
-        records.append(PieceRecord(piece.name, parent.info.run_id, action, segments(client, parent.info.run_id),
+        records.append(PieceRecord(piece.name, parent.run_id, action, segments(store, parent.run_id),
                                    tags.get(CODE_VERSION_TAG, ""), est,
                                    int(tags.get(CONFIGURATIONS_TAG, len(piece.spec.points()))),
                                    int(tags.get(PACKS_TAG, 0)), use))

@@ -59,6 +59,7 @@ from ..tracking.schema import (
     SEARCH_TRIAL_TAG,
     TRIAL_KEY_TAG,
 )
+from ..tracking.store import Store
 from .cluster import check_gpu_request, resolve_storage
 from .launch import Launch
 from .options import LaunchOptions, LaunchSummary
@@ -247,7 +248,7 @@ def _finish_study(launch: Launch, study, cfg: SearchConfig) -> list[str]:
             if run.info.status == "RUNNING" and PHASE_TAG not in run.data.tags:
                 retry(client.set_tag, run.info.run_id, SEARCH_PRUNED_TAG, "true")
                 retry(client.set_terminated, run.info.run_id, "KILLED")
-        return log_parent_results(client, launch.parent.run_id, study, cfg)
+        return log_parent_results(Store(launch.parent.uri), launch.parent.run_id, study, cfg)
     except Exception as exc:  # noqa: BLE001
         if not is_transient(exc):
             raise

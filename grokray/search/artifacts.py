@@ -10,14 +10,11 @@ import csv
 import json
 import math
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
-from mlflow.entities import Metric
 from optuna.trial import TrialState
 
-from ..tracking.client import log_metrics
 from ..tracking.schema import SEARCH_BEST_PHASE_TAG, SEARCH_BEST_TRIAL_TAG, SEARCH_BEST_VALUE_TAG, SEARCH_PARETO_TAG
 from .objective import SEED_ATTRS
 from .study import RUN_ID_ATTR, generalized_best, trial_run_ids
@@ -173,75 +170,81 @@ def _write_csv(rows: list[dict], path: Path) -> None:
         writer.writerows(rows)
 
 
-def log_parent_results(client, run_id: str, study, cfg) -> list[str]:
-    """Best params/values (params, metrics, tags), importances, history and (multi-objective) the Pareto front
-    on the parent run. Returns the artifact paths logged."""
+def parent_summary(study, cfg) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
+    """(metrics, params, tags) of the search's parent: trials counted, the best values and params (the Pareto
+    front's trial numbers for several objectives), or that none generalized."""
     done = _completed(study)
-    now = int(time.time() * 1000)
-    metrics = [Metric("search/trials", float(len(study.trials)), now, 0),
-               Metric("search/completed", float(len(done)), now, 0)]
+    metrics = {"search/trials": float(len(study.trials)), "search/completed": float(len(done))}
     params, tags = {}, {}
     front = generalized_best(study, cfg)  # a penalty is not a result: no best until a trial generalized
     if front and not cfg.multi:
         best = front[0]
-        metrics.append(Metric(f"best/{cfg.objective[0]}", float(best.value), now, 0))
+        metrics[f"best/{cfg.objective[0]}"] = float(best.value)
         params = {f"best.{k}": v for k, v in best.params.items()}
         tags = {SEARCH_BEST_TRIAL_TAG: best.number, SEARCH_BEST_VALUE_TAG: best.value,
                 SEARCH_BEST_PHASE_TAG: best.user_attrs.get("phase", "")}
     elif front:
-        metrics += [Metric(f"best/{name}", float(min(t.values[i] for t in front)), now, 0)
-                    for i, name in enumerate(cfg.objective)]
+        metrics |= {f"best/{name}": float(min(t.values[i] for t in front)) for i, name in enumerate(cfg.objective)}
         tags = {SEARCH_PARETO_TAG: [t.number for t in front]}
     elif done:
         tags = {SEARCH_BEST_PHASE_TAG: f"none of {len(done)} trials generalized"}
-    # Params are immutable in MLflow: a resumed study with a new best keeps it in tags and best_params.json.
-    existing = client.get_run(run_id).data.params
-    params = {k: v for k, v in params.items() if k not in existing}
-    log_metrics(client, run_id, metrics, tags={k: v for k, v in tags.items()}, params=params)
+    return metrics, params, tags
 
-    logged = []
+
+def write_results(study, cfg, d: Path) -> list[Path]:
+    """The search's files into d: best.json, param_importances.{json,csv}, trials.csv, the objective against each
+    parameter, each objective's history and (several objectives) the Pareto front."""
+    done, front = _completed(study), generalized_best(study, cfg)
+    files = []
+    best_rows = [{"number": t.number, "values": list(t.values), "params": t.params,
+                  "phase": t.user_attrs.get("phase"), **{k: t.user_attrs[k] for k in SEED_ATTRS
+                                                         if k in t.user_attrs},
+                  "mlflow_run_id": trial_run_ids(study.user_attrs, t)} for t in front]
+    (d / "best.json").write_text(json.dumps(best_rows, indent=1, default=str))
+    files.append(d / "best.json")
+    imp = importances(study, cfg)
+    (d / "param_importances.json").write_text(json.dumps(
+        imp or {"note": f"needs >= 2 completed trials with different values; {len(done)} completed"}, indent=1))
+    files.append(d / "param_importances.json")
+    rows = [{"objective": obj, "param": p, "importance": v, "note": ""}
+            for obj, vals in imp.items() for p, v in vals.items()]
+    rows = rows or [{"objective": ", ".join(cfg.objective), "param": "", "importance": "",
+                     "note": f"needs >= 2 completed trials with different values; {len(done)} completed"}]
+    _write_csv(rows, d / "param_importances.csv")
+    files.append(d / "param_importances.csv")
+    trials = [{"number": t.number, "state": t.state.name, **{f"value.{n}": v for n, v in zip(
+        cfg.objective, t.values or [], strict=False)}, **t.params,
+        **{k: v for k, v in t.user_attrs.items() if k in TRIAL_COLUMNS},
+        **({RUN_ID_ATTR: trial_run_ids(study.user_attrs, t)} if RUN_ID_ATTR in t.user_attrs else {})}
+        for t in study.trials]
+    if trials:
+        _write_csv(trials, d / "trials.csv")
+        files.append(d / "trials.csv")
+    if done:
+        plot_slices(study, cfg, cfg.study, d / SLICES_PNG)
+        files.append(d / SLICES_PNG)
+    for i, name in enumerate(cfg.objective):
+        rows = history_info(study, i)
+        if rows:
+            path = d / f"optimization_history_{name}.png"
+            plot_history(rows, name, cfg.penalty, path)
+            files.append(path)
+    if cfg.multi and done:
+        pareto = pareto_info(study, cfg)
+        _write_csv(pareto, d / "pareto_front.csv")
+        _plot_pareto(study, pareto, cfg, d / "pareto_front.png")
+        files += [d / "pareto_front.csv", d / "pareto_front.png"]
+    return files
+
+
+def log_parent_results(store, run_id: str, study, cfg) -> list[str]:
+    """parent_summary and write_results on the parent run (a tracking.store.Store). Returns the artifact paths."""
+    metrics, params, tags = parent_summary(study, cfg)
+    # Params are immutable in MLflow: a resumed study with a new best keeps it in tags and best_params.json.
+    existing = store.run(run_id).params
+    store.log_batch(run_id, metrics, {k: v for k, v in params.items() if k not in existing}, tags)
     with tempfile.TemporaryDirectory() as d:
-        d = Path(d)
-        files = []
-        best_rows = [{"number": t.number, "values": list(t.values), "params": t.params,
-                      "phase": t.user_attrs.get("phase"), **{k: t.user_attrs[k] for k in SEED_ATTRS
-                                                             if k in t.user_attrs},
-                      "mlflow_run_id": trial_run_ids(study.user_attrs, t)} for t in front]
-        (d / "best.json").write_text(json.dumps(best_rows, indent=1, default=str))
-        files.append(d / "best.json")
-        imp = importances(study, cfg)
-        (d / "param_importances.json").write_text(json.dumps(
-            imp or {"note": f"needs >= 2 completed trials with different values; {len(done)} completed"}, indent=1))
-        files.append(d / "param_importances.json")
-        rows = [{"objective": obj, "param": p, "importance": v, "note": ""}
-                for obj, vals in imp.items() for p, v in vals.items()]
-        rows = rows or [{"objective": ", ".join(cfg.objective), "param": "", "importance": "",
-                         "note": f"needs >= 2 completed trials with different values; {len(done)} completed"}]
-        _write_csv(rows, d / "param_importances.csv")
-        files.append(d / "param_importances.csv")
-        trials = [{"number": t.number, "state": t.state.name, **{f"value.{n}": v for n, v in zip(
-            cfg.objective, t.values or [], strict=False)}, **t.params,
-            **{k: v for k, v in t.user_attrs.items() if k in TRIAL_COLUMNS},
-            **({RUN_ID_ATTR: trial_run_ids(study.user_attrs, t)} if RUN_ID_ATTR in t.user_attrs else {})}
-            for t in study.trials]
-        if trials:
-            _write_csv(trials, d / "trials.csv")
-            files.append(d / "trials.csv")
-        if done:
-            plot_slices(study, cfg, cfg.study, d / SLICES_PNG)
-            files.append(d / SLICES_PNG)
-        for i, name in enumerate(cfg.objective):
-            rows = history_info(study, i)
-            if rows:
-                path = d / f"optimization_history_{name}.png"
-                plot_history(rows, name, cfg.penalty, path)
-                files.append(path)
-        if cfg.multi and done:
-            front = pareto_info(study, cfg)
-            _write_csv(front, d / "pareto_front.csv")
-            _plot_pareto(study, front, cfg, d / "pareto_front.png")
-            files += [d / "pareto_front.csv", d / "pareto_front.png"]
+        files = write_results(study, cfg, Path(d))
         for f in files:
-            client.log_artifact(run_id, str(f), ARTIFACT_DIR)
-            logged.append(f"{ARTIFACT_DIR}/{f.name}")
-    return logged
+            store.log_artifact(run_id, f, ARTIFACT_DIR)
+    return [f"{ARTIFACT_DIR}/{f.name}" for f in files]

@@ -107,6 +107,7 @@ class ParentRun:
         self.launch_key = uuid.uuid4().hex
         self.code_version = code_version()
         self._create: dict | None = None  # what creating the parent needs, while the server is away
+        self.started_ms: int | None = None  # when the parent run started (a resumed one: its first start)
         self._courier: Courier | None = None
         self._lock = threading.Lock()  # the driver's thread and its background delivery share the courier
         use_wal(uri)
@@ -135,8 +136,9 @@ class ParentRun:
         required = {ROLE_TAG: PARENT, KIND_TAG: kind, SPEC_HASH_TAG: spec_hash, CODE_VERSION_TAG: self.code_version,
                     SWEPT_TAG: list(swept), LOG_AXES_TAG: sorted(log_axes), LAUNCH_TAG: self.launch_key}
         all_tags = clean({**(tags or {}), **required})
+        self.started_ms = now_ms()
         self._create = {"experiment_name": self.experiment_name, "launch_key": self.launch_key,
-                        "run_name": run_name, "tags": all_tags, "start_time": now_ms()}
+                        "run_name": run_name, "tags": all_tags, "start_time": self.started_ms}
         self._send(Batch("", texts={SPEC_ARTIFACT: spec_text}))
         return self.run_id
 
@@ -175,6 +177,7 @@ class ParentRun:
         """Continue a parent: RUNNING again, its launch's spool delivered first (what the last launch left)."""
         run = retry(self.client.get_run, run_id)
         self.run_id, self.experiment_id = run_id, run.info.experiment_id
+        self.started_ms = run.info.start_time or now_ms()
         self.launch_key = run.data.tags.get(LAUNCH_TAG) or run_id
         retry(self.client.update_run, run_id, status="RUNNING")
         replay_dir(self.spool_dir, self.client)
@@ -243,7 +246,7 @@ class ParentRun:
         if not delivered:  # after the parent's other batches, in its own spool file
             Spool(self.courier.spool.path).append(batch)
         batches, points = pending_points(self.spool_dir)
-        return Closed(status, counts, batches, points, self.spool_dir, (end - self._create["start_time"]) / 1e3)
+        return Closed(status, counts, batches, points, self.spool_dir, (end - (self.started_ms or end)) / 1e3)
 
 
 def missing_parent_tags(tags: dict[str, str]) -> list[str]:

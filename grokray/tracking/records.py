@@ -1,0 +1,30 @@
+"""A tracked run as plain data, what tracking/store.py hands the layers above it (and analysis builds its tables
+from): no MLflow here, so importing these costs nothing and any source of runs can fill them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run: its identity, status, times (ms since the epoch) and its params, tags and last metric values."""
+
+    run_id: str
+    name: str
+    experiment_id: str
+    status: str
+    start_ms: int | None
+    end_ms: int | None
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One logged value of a metric's curve."""
+
+    step: int
+    value: float
+    timestamp_ms: int

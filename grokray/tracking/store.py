@@ -1,0 +1,86 @@
+"""The tracking store as plain records: the one reader (and the few writes) the layers above tracking/ use, so
+that none of them names MLflow. A run is a RunRecord of strings and numbers; a curve is a list of points. A
+tracker backend other than MLflow replaces this module (and client.py beneath it), not its callers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+from .client import find_parent, log_metrics, retry, search_all
+from .records import Point, RunRecord
+
+
+def record(run) -> RunRecord:
+    """An MLflow Run as a RunRecord."""
+    info, data = run.info, run.data
+    return RunRecord(info.run_id, info.run_name or "", info.experiment_id, info.status, info.start_time,
+                     info.end_time, dict(data.params), dict(data.tags), dict(data.metrics))
+
+
+class Store:
+    """One tracking store (a tracking URI): experiments, runs, curves and artifacts as plain records."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self.client = MlflowClient(uri)
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def experiment_id(self, name: str) -> str | None:
+        exp = self.client.get_experiment_by_name(name)
+        return None if exp is None else exp.experiment_id
+
+    def experiments(self) -> dict[str, str]:
+        """id -> name of every experiment."""
+        return {e.experiment_id: e.name for e in self.client.search_experiments()}
+
+    def runs(self, experiment_ids: str | list[str], filter_string: str = "") -> list[RunRecord]:
+        """Every run matching the filter, page by page."""
+        return [record(r) for r in search_all(self.client, experiment_ids, filter_string)]
+
+    def latest(self, experiment_ids: list[str], filter_string: str = "") -> RunRecord | None:
+        """The run that started last among those matching the filter."""
+        found = retry(self.client.search_runs, experiment_ids, filter_string=filter_string, max_results=1,
+                      order_by=["attributes.start_time DESC"]) if experiment_ids else []
+        return record(found[0]) if found else None
+
+    def run(self, run_id: str) -> RunRecord:
+        return record(retry(self.client.get_run, run_id))
+
+    def parent(self, experiment_name: str, spec_hash: str, kind: str | None = None) -> RunRecord | None:
+        """The latest parent run of this exact configuration set (of one driver's kind, if given)."""
+        found = find_parent(self.client, experiment_name, spec_hash, kind)
+        return None if found is None else record(found)
+
+    def curve(self, run_id: str, key: str) -> list[Point]:
+        """Every logged point of one metric, by step."""
+        history = retry(self.client.get_metric_history, run_id, key)
+        return sorted((Point(m.step, m.value, m.timestamp) for m in history), key=lambda p: p.step)
+
+    def artifact_paths(self, run_id: str, path: str | None = None) -> list[str]:
+        return [a.path for a in retry(self.client.list_artifacts, run_id, path)]
+
+    def download(self, run_id: str, path: str, dst: str | Path) -> Path:
+        """One artifact (a file or a folder) of a run, into dst; raises if the run has none by that path."""
+        return Path(self.client.download_artifacts(run_id, path, str(dst)))
+
+    # -- the few writes of the layers above (launches write through tracking/parent.py and pack_runs.py) --------
+    def log_metric(self, run_id: str, key: str, value: float, timestamp_ms: int | None = None) -> None:
+        retry(self.client.log_metric, run_id, key, value, timestamp=timestamp_ms)
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        retry(self.client.set_tag, run_id, key, value)
+
+    def log_batch(self, run_id: str, metrics: dict[str, float], params: dict | None = None,
+                  tags: dict | None = None) -> None:
+        """Metrics (at step 0, now), params and tags in as few calls as MLflow's limits allow."""
+        now = int(time.time() * 1000)
+        log_metrics(self.client, run_id, [Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags,
+                    params=params)
+
+    def log_artifact(self, run_id: str, local: str | Path, artifact_dir: str) -> None:
+        retry(self.client.log_artifact, run_id, str(local), artifact_dir)

@@ -43,12 +43,17 @@ def method_row(result, store: Store) -> dict:
     trials = trials_of(store, result.records[0].parent_run_id)  # pruned by ASHA too: they count as tried
     done = [t for t in trials if t.get("state") == "COMPLETE" and t.get(objective) not in (None, "")]
     scored = sorted((t for t in done if float(t[objective]) < cfg.penalty), key=lambda t: float(t[objective]))
-    first = next((t for t in done if t["number"] == "0"), None)
+    # the enqueued setting is trial 0, or the trial that retried it (a resumed search re-queues a failed trial
+    # under a new number, with the same configuration key)
+    zero = next((t for t in trials if t["number"] == "0"), {})
+    first = next((t for t in done if t["number"] == "0" or (zero.get("trial_key") and
+                                                            t.get("trial_key") == zero["trial_key"])), None)
     best = scored[0] if scored else None
     compare = figure.config.compare
     return {"label": compare.label, "baseline": compare.label.lower().startswith("adamw"),
             "published_steps": compare.published_steps, "source": compare.source,
-            "enqueued": first, "best": best, "objective": objective, "trials": len(trials),
+            "enqueued": first, "best": best, "objective": objective,
+            "trials": len({t.get("trial_key") or t["number"] for t in trials}),  # a retried trial counts once
             "searched": list(cfg.space), "penalty": cfg.penalty, "wall_s": result.measured_s,
             "budget": figure.pieces[0].spec.first_trial().phases.budget, "figure": figure.stem}
 

@@ -188,13 +188,16 @@ def test_progress_keeps_talking_between_reports_and_counts_a_stopped_member_as_i
     line.setup()
     # one pack of 4: one member classified at step 200 (its budget is 1000), three still at step 500
     line.on_trial_result(0, [], T(), {"members_done": 1, "members": 4, "step": 500, "total": 1000, "phases": {}})
-    line.start -= 100  # 100 s in: (1000 + 3 x 500) / 4000 = 62.5 % done, so 60 s to go
-    assert line.line().endswith("1m40s ETA 1m00s"), line.line()
+    line.start -= 100  # reported 100 s in: (1000 + 3 x 500) / 4000 = 62.5 % done, so 60 s to go
+    line.measured = (line.measured[0], line.start + 100)
+    assert line.line().split(" | ")[-1] in {"1m40s ETA 1m00s", "1m40s ETA 59s"}, line.line()
     line.on_step_end(0, [])  # within the interval: nothing new to say
     line.last_plain -= 30  # the interval passed without a report
+    line.start -= 20  # 20 s later, no new report: the ETA counts down instead of growing with the clock
+    line.measured = (line.measured[0], line.measured[1] - 20)
     line.on_step_end(0, [])
     printed = capsys.readouterr().out.splitlines()
-    assert len(printed) == 2 and printed[1].endswith("1m40s ETA 1m00s"), printed
+    assert len(printed) == 2 and printed[1].split(" | ")[-1] in {"2m00s ETA 40s", "2m00s ETA 39s"}, printed
 
 
 def test_a_sweep_in_a_log_says_how_far_it_is(tmp_path):

@@ -3,9 +3,10 @@ shown for every driver. On a terminal it is one live line; in a log (nohup, `ray
 timestamped line every 30 s, whether or not a pack reported since, so a long sweep is never minutes of silence.
 Modes: auto (by the output), always (plain lines even on a terminal), never.
 
-The ETA extrapolates the share of the work done. A member that stopped early (classified, diverged) counts as
-its whole budget: that work is done, never to be trained. So the share only grows, and the ETA does not swing
-back up when a pack of early stoppers ends."""
+The ETA extrapolates the share of the work done, at the moment that share was reported, and counts down between
+reports (it used to grow with the clock until the next one). A member that stopped early (classified, diverged)
+counts as its whole budget: that work is done, never to be trained. So the share only grows, and the ETA does not
+swing back up when a pack of early stoppers ends."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class ProgressLine(tune.Callback):
     def _reset(self):
         self.latest: dict[str, dict] = {}
         self.start = time.time()
+        self.measured = (0.0, self.start)  # (share done, when it was first seen)
         self.last_draw = 0.0
         self.last_plain = -float("inf")
         self.width = 0
@@ -65,9 +67,13 @@ class ProgressLine(tune.Callback):
             work += stopped * r.get("total", r.get("step", 0)) + (r.get("members", 0) - stopped) * r.get("step", 0)
         # configurations done are a floor on the share done (a pack restored from MLflow reports no budget)
         frac = max(min(1.0, work / self.total_work), done / max(1, self.total_configs))
-        elapsed = time.time() - self.start
-        eta = ("done" if done >= self.total_configs else
-               f"ETA {_fmt_s(elapsed * (1 - frac) / frac)}" if frac > 0.02 else "ETA ?")
+        now = time.time()
+        elapsed = now - self.start
+        if frac != self.measured[0]:  # a new share: when it was measured, so the ETA counts down until the next
+            self.measured = (frac, now)
+        at = self.measured[1] - self.start
+        left = max(0.0, at * (1 - frac) / frac - (now - self.measured[1])) if frac > 0.02 else None
+        eta = ("done" if done >= self.total_configs else "ETA ?" if left is None else f"ETA {_fmt_s(left)}")
         counts = " ".join(f"{p} {n}" for p, n in sorted(phases.items())) or "-"
         return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {_fmt_s(elapsed)} {eta}"
 

@@ -119,7 +119,8 @@ def _run(args) -> int:
 
         gpus = local_gpu_count()  # this machine's cards, if it has any
         plan = expand(spec, slots=local_slots(spec, gpus=gpus))
-        print("\n".join(estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, gpus=gpus).lines()))
+        est = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, args.spec, gpus=gpus)
+        print("\n".join(est.lines()))
         return 0
 
     from .run.grid import run_sweep
@@ -163,7 +164,7 @@ def _search_dry_run(spec, cfg, args) -> int:
 
     n = args.n_trials if args.n_trials is not None else cfg.n_trials
     plan = search_plan(spec, n)
-    found = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, slots=cfg.max_concurrent)
+    found = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, args.spec, slots=cfg.max_concurrent)
     print("\n".join(search_plan_lines(cfg, n, plan_budget(plan), found, spec.seeds)))
     return 0
 

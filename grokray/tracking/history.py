@@ -12,8 +12,11 @@ the budget at reduced scale (85% of the budget on average), the liu-fig6a grid 2
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from .schema import PARENT, PARENT_ID_TAG, PHASE_TAG, ROLE_TAG, STEPS_RUN_METRIC
 from .uri import store_exists
@@ -90,3 +93,24 @@ def measured_budget_use(tracking_uri: str | None, experiment_name: str, budget: 
     """(share trained to the end, mean share trained, where they come from) for the cost estimate, or None."""
     found = stored_budget_share(tracking_uri, experiment_name, budget) if tracking_uri else None
     return None if found is None else (found.share, found.trained, found.describe(experiment_name))
+
+
+def atlas_budget_use(spec_path: str | Path, spec_hash: str, budget: int) -> tuple[float, float, str] | None:
+    """Budget use measured on the committed atlas page of this very configuration set, for a store that holds no
+    runs of it yet (a new user's first dry-run of a library spec): the page's json names each piece's spec hash,
+    its data CSV holds every run's steps_run (docs/atlas/<spec stem>-<scale>.{json,csv} beside sweeps/)."""
+    spec_path = Path(spec_path).resolve()
+    atlas = spec_path.parent.parent / "docs" / "atlas"
+    for meta in sorted(atlas.glob(f"{spec_path.stem}-*.json")):
+        pieces = {name for name, h in json.loads(meta.read_text()).get("pieces", {}).items() if h == spec_hash}
+        data = atlas / "data" / f"{meta.stem}.csv"
+        if not pieces or not data.exists() or budget <= 0:
+            continue
+        with data.open() as f:
+            fractions = [min(float(r["steps_run"]), budget) / budget for r in csv.DictReader(f)
+                         if r.get("piece") in pieces and r.get("steps_run") not in (None, "")]
+        if len(fractions) >= MIN_RUNS:
+            share, trained = share_and_mean(fractions)
+            return share, trained, f"measured on the {len(fractions)} runs of this spec's docs/atlas/{meta.stem}.md"
+    return None
+

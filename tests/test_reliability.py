@@ -197,7 +197,8 @@ def _kill_group(proc):
 
 def test_driver_sigkill_then_resume(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    overrides = [*LONG, "train.steps=3000", "phases.budget=3000"]
+    overrides = [*LONG, "train.steps=10000", "phases.budget=10000"]  # a pack lasts ~17 s on a quiet VM: the kill
+    # lands inside pack 2 (at 3000 steps, ~5 s, it could end before the kill and nothing was resumed)
     args = [str(GROKRAY), "run", str(QUICKSTART), "--scale", "smoke", *sum((["-s", o] for o in overrides), []),
             "--max-concurrent", "1", "--checkpoint-every", "100", "--tracking-uri", uri,
             "--storage", str(tmp_path / "results")]

@@ -74,6 +74,9 @@ def test_smoke_search_end_to_end_one_child_run_per_trial(local_ray, tmp_path):
         assert t.user_attrs["mlflow_run_id"] == run.info.run_id
         assert run.data.tags["grokray.search.trial"] == str(t.number)
     assert study.metric_names == ["time_to_generalize"]  # the dashboard's axis is named
+    for t in study.trials:  # the dashboard's intermediate values: the objective so far, at training steps
+        steps = sorted(t.intermediate_values)
+        assert steps and steps[-1] == t.user_attrs["step"] and steps[0] > 0
     arts = {a.path for a in client.list_artifacts(summary.parent_run_id, "search")}
     assert {"search/optimization_history_time_to_generalize.png", "search/param_importances.json",
             "search/param_importances.csv"} <= arts

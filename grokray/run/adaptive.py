@@ -64,13 +64,11 @@ class Rounds:
 
     def resume(self) -> list[Trial]:
         """Read the records and the finished children back; the last round's trials still to train."""
-        parent, client = self.launch.parent, self.launch.parent.client
-        for art in sorted(a.path for a in client.list_artifacts(parent.run_id, ADAPTIVE_ROUNDS_DIR)):
-            with open(client.download_artifacts(parent.run_id, art)) as fh:
-                self.log.append(json.load(fh))
+        parent = self.launch.parent
+        self.log.extend(json.loads(text) for text in parent.read_texts(ADAPTIVE_ROUNDS_DIR))
         for rec in self.log:
             self.known.update(trial_keys(self.spec, self.plan, [tuple(t) for t in rec["trials"]]))
-        self.observe({r.data.tags.get(TRIAL_KEY_TAG): r.data.tags.get(PHASE_TAG) for r in parent.children()})
+        self.observe({r.tags.get(TRIAL_KEY_TAG): r.tags.get(PHASE_TAG) for r in parent.children()})
         last = self.log[-1] if self.log else None
         return [tuple(t) for t in last["trials"] if t[2] not in self.observed.get((t[0], t[1]), {})] if last else []
 

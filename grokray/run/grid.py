@@ -26,8 +26,8 @@ def run_sweep(spec: Spec, options: LaunchOptions | None = None, *, max_configs: 
         total_work = sum(len(p.members) * max(m.config.budget_steps for m in p.members) for p in plan.packs)
         if options.resume:
             parent = launch.resume_parent(lambda run: tune.Tuner.can_restore(
-                run.data.tags.get(EXPERIMENT_PATH_TAG, "") or "/nonexistent"))
-            tuner = launch.tuner("", restore=parent.data.tags[EXPERIMENT_PATH_TAG], total_configs=plan.n_configs,
+                run.tags.get(EXPERIMENT_PATH_TAG, "") or "/nonexistent"))
+            tuner = launch.tuner("", restore=parent.tags[EXPERIMENT_PATH_TAG], total_configs=plan.n_configs,
                                  total_work=total_work)
         else:
             name = f"{spec.name}_{time.strftime('%Y%m%d-%H%M%S')}"

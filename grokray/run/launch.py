@@ -177,7 +177,7 @@ class Launch:
         if run is None or (check is not None and not check(run)):
             raise SpecError("--resume", f"no interrupted {self.kind} launch of spec {self.spec.name!r} "
                             f"(hash {self.spec.hash()}) found in {self.uri}; run without --resume")
-        self.parent.resume(run.info.run_id)
+        self.parent.resume(run.run_id)
         return run
 
     @property

@@ -6,12 +6,13 @@ so it outlives any one run: `--resume` loads it, trials it already holds keep th
 them. A suggestion whose configuration the study already evaluated is answered from the study (told with the
 stored values and re-asked), never trained again. Each trial is a pack (its seeds) for the shared `train_pack`, so
 checkpoints, retries, the outage spool and the MLflow child-run layout are every driver's; each report carries
-val/acc (for ASHA) and the objective (for OptunaSearch).
+val/acc (for ASHA) and the objective (for the study's intermediate values).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,6 @@ import optuna
 from optuna.trial import TrialState
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter, Searcher
-from ray.tune.search.optuna import OptunaSearch
 
 from ..errors import SpecError
 from ..plan.expand import check_budget, check_fits, run_name
@@ -47,7 +47,7 @@ from ..search.study import (
     storage_at,
 )
 from ..spec import Spec
-from ..tracking.client import is_transient, retry, run_is_active
+from ..tracking.client import is_transient
 from ..tracking.parent import ParentRun
 from ..tracking.schema import (
     PHASE_TAG,
@@ -82,54 +82,63 @@ class SearchSummary(LaunchSummary):
     seeds: int = 1  # runs per trial: the spec's seeds, each trial a pack of them
 
 
-class GrokraySearch(OptunaSearch):
-    """OptunaSearch that turns each suggestion into a pack of its seeds, answers repeated configurations from the
-    study instead of training them again, and records each trial's key and phase as Optuna user attributes."""
+class StudySearcher(Searcher):
+    """Ray Tune's public Searcher over grokray's own Optuna study, driven by Optuna's public ask/tell: each
+    suggestion becomes a pack of its seeds, a configuration the study already evaluated is answered from the study
+    instead of trained again, and each trial's key and phase are recorded as Optuna user attributes.
 
-    def __init__(self, spec: Spec, cfg: SearchConfig, target: int | None = None, **kwargs):
-        super().__init__(**kwargs)
+    Owning the study (instead of subclassing Ray's OptunaSearch and reading its private study) keeps one Study
+    object for the whole launch, and what Tune checkpoints is only the Tune trial -> Optuna trial map: the study
+    itself persists in its own storage, which is what `--resume` reopens."""
+
+    def __init__(self, spec: Spec, cfg: SearchConfig, study: optuna.Study, target: int | None = None):
+        super().__init__(metric=cfg.objective if cfg.multi else cfg.objective[0],
+                         mode=["min"] * len(cfg.objective) if cfg.multi else "min")
         self.spec = spec
         self.cfg = cfg
+        self.study = study
+        self.space = distributions(cfg)
         self.target = target  # trials the study should hold; once reached (or the space is spent) suggest stops
         self.log_axes = sorted(k for k, d in cfg.space.items() if d.log)
-        self._done: dict[str, tuple[int, list[float]]] = {}  # trial key -> (trial number, values)
-        for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        self.asked: dict[str, optuna.Trial] = {}  # Tune trial id -> the Optuna trial it trains
+        self.reported: dict[str, int] = {}  # Tune trial id -> the last step reported to Optuna
+        self.done: dict[str, tuple[int, list[float]]] = {}  # trial key -> (trial number, values)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             key = t.user_attrs.get("trial_key")
-            if key and key not in self._done:
-                self._done[key] = (t.number, list(t.values))
-        self._running: dict[str, str] = {}  # Tune trial id -> trial key
+            if key and key not in self.done:
+                self.done[key] = (t.number, list(t.values))
+        self.running: dict[str, str] = {}  # Tune trial id -> trial key
         self.answered_from_study = 0
 
-    def _full(self) -> bool:
-        return self.target is not None and counted(self._ot_study) + len(self._running) >= self.target
+    def full(self) -> bool:
+        return self.target is not None and counted(self.study) + len(self.running) >= self.target
 
     def suggest(self, trial_id: str):
         for attempt in range(MAX_REASKS + 1):
-            if self._full() or attempt == MAX_REASKS:  # the target is reached, or the space seems spent
+            if self.full() or attempt == MAX_REASKS:  # the target is reached, or the space seems spent
                 return Searcher.FINISHED
-            params = super().suggest(trial_id)
+            ot_trial = self.study.ask(self.space)
+            params = dict(ot_trial.params)
             configs = trial_configs(self.spec, params)
             key = trial_key(configs)
-            ot_trial = self._ot_trials[trial_id]
-            seen = self._done.get(key)
-            if seen is None and key in self._running.values():
+            seen = self.done.get(key)
+            if seen is None and key in self.running.values():
                 ot_trial.set_user_attr("duplicate_of_running", key)
-                self._ot_study.tell(ot_trial, state=TrialState.FAIL)
-                del self._ot_trials[trial_id]
+                self.study.tell(ot_trial, state=TrialState.FAIL)
                 continue
             if seen is not None:
                 number, values = seen
                 ot_trial.set_user_attr("trial_key", key)
                 ot_trial.set_user_attr("duplicate_of", number)
-                self._ot_study.tell(ot_trial, values if self.cfg.multi else values[0])
-                del self._ot_trials[trial_id]
+                self.study.tell(ot_trial, values if self.cfg.multi else values[0])
                 self.answered_from_study += 1
                 continue
             break
         ot_trial.set_user_attr("trial_key", key)
         if len(configs) > 1:
             ot_trial.set_user_attr(MEMBER_KEYS_ATTR, [c.key() for c in configs])
-        self._running[trial_id] = key
+        self.asked[trial_id] = ot_trial
+        self.running[trial_id] = key
         members = []
         for config in configs:
             point = {"seed": config.seed, **params}
@@ -139,10 +148,24 @@ class GrokraySearch(OptunaSearch):
         pack = {"pack_id": f"search-{key}", "members": members}
         return {**params, "pack": pack, "optuna_trial": ot_trial.number}
 
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """A one-objective trial's value so far, as Optuna's intermediate value at its training step (what the
+        dashboard's intermediate-values plot draws); Optuna takes none for several objectives."""
+        ot_trial, step = self.asked.get(trial_id), result.get("step")
+        if ot_trial is None or self.cfg.multi or self.metric not in result or step is None:
+            return
+        if int(step) > self.reported.get(trial_id, -1):  # a retried trial's chunk repeats steps it reported
+            ot_trial.report(float(result[self.metric]), int(step))
+            self.reported[trial_id] = int(step)
+
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
-        key = self._running.pop(trial_id, None)
-        ot_trial = self._ot_trials.get(trial_id)
-        if ot_trial is not None and result:
+        """Tell the study: the objective(s) of a trial that reported them, else failed (an error) or pruned."""
+        key = self.running.pop(trial_id, None)
+        self.reported.pop(trial_id, None)
+        ot_trial = self.asked.pop(trial_id, None)
+        if ot_trial is None:
+            return
+        if result:
             several = len(ot_trial.user_attrs.get(MEMBER_KEYS_ATTR, [])) > 1
             for attr in ("phase", "step_train_acc", "step_val_acc", "val/acc", "step", RUN_ID_ATTR,
                          *(SEED_ATTRS if several else ())):
@@ -150,22 +173,35 @@ class GrokraySearch(OptunaSearch):
                     ot_trial.set_user_attr(attr.replace("/", "_"), result[attr])
             if not result.get("pack_done"):
                 ot_trial.set_user_attr("pruned_at_step", result.get("step"))
-        super().on_trial_complete(trial_id, result=result, error=error)
-        if ot_trial is not None and key:
-            frozen = self._ot_study.get_trials(deepcopy=False)[ot_trial.number]  # a trial's number is its index
-            if frozen.state == TrialState.COMPLETE:
-                self._done.setdefault(key, (frozen.number, list(frozen.values)))
+        names = self.cfg.objective if self.cfg.multi else [self.metric]
+        values = [result.get(name) for name in names] if result else [None]
+        if any(v is None or not math.isfinite(float(v)) for v in values):
+            self.study.tell(ot_trial, state=TrialState.FAIL if error else TrialState.PRUNED)
+            return
+        values = [float(v) for v in values]
+        self.study.tell(ot_trial, values if self.cfg.multi else values[0])
+        if key:
+            self.done.setdefault(key, (ot_trial.number, values))
+
+    def save(self, checkpoint_path: str) -> None:
+        """What Tune checkpoints: the Optuna trial number of each Tune trial in flight (the study is in storage)."""
+        Path(checkpoint_path).write_text(json.dumps({"study": self.cfg.study, "running": {
+            tid: t.number for tid, t in self.asked.items()}}))
+
+    def restore(self, checkpoint_path: str) -> None:
+        raise NotImplementedError("a search resumes from its Optuna study (grokray search --resume), which "
+                                  "recovers the trials a dead driver left running; not from Tune's searcher state")
 
 
 def finished_runs(children, threshold: float) -> dict[str, dict]:
     """Configuration key -> what search.objective.seed_vote needs of every child run that ended with a phase tag."""
     out = {}
     for run in children:
-        tags, metrics = run.data.tags, run.data.metrics
-        if run.info.status != "FINISHED" or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
+        tags, metrics = run.tags, run.metrics
+        if run.status != "FINISHED" or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
             continue
         steps = [metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]
-        out[tags[TRIAL_KEY_TAG]] = {"seed": run.data.params.get("seed", ""), "phase": tags[PHASE_TAG],
+        out[tags[TRIAL_KEY_TAG]] = {"seed": run.params.get("seed", ""), "phase": tags[PHASE_TAG],
                                     "step_train": None if steps[0] is None else int(steps[0]),
                                     "step_val": None if steps[1] is None else int(steps[1]),
                                     "threshold": threshold, "ideal": metrics.get("ideal_val_acc")}
@@ -179,10 +215,9 @@ def _parent_tags(cfg: SearchConfig, label: str) -> dict:
 
 def _tuner(launch: Launch, spec: Spec, cfg: SearchConfig, study, storage, to_run: int, target: int):
     log_axes = sorted(k for k, d in cfg.space.items() if d.log)
-    metric = cfg.objective if cfg.multi else cfg.objective[0]
-    mode = ["min"] * len(cfg.objective) if cfg.multi else "min"
-    searcher = GrokraySearch(spec, cfg, target=target, space=distributions(cfg), metric=metric, mode=mode,
-                             sampler=make_sampler(cfg, len(study.trials)), study_name=cfg.study, storage=storage)
+    sampled = optuna.load_study(study_name=cfg.study, storage=storage, sampler=make_sampler(cfg, len(study.trials)),
+                                pruner=optuna.pruners.NopPruner())  # ASHA, in Tune, stops trials; Optuna never
+    searcher = StudySearcher(spec, cfg, sampled, target=target)
     concurrent = min(cfg.max_concurrent, launch.options.max_concurrent or cfg.max_concurrent)
     budget = trial_config(spec, {}).budget_steps
     every, scheduler = launch.options.checkpoint_every, None
@@ -204,8 +239,9 @@ def _interrupted_parent(launch: Launch, study):
     """The parent run of the study's last launch, if it is still there (by id, or by launch key when the server
     was away as it opened)."""
     parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
-    if parent_id and run_is_active(launch.parent.client, parent_id):
-        return launch.parent.client.get_run(parent_id)
+    run = launch.parent.active_run(parent_id) if parent_id else None
+    if run is not None:
+        return run
     key = study.user_attrs.get(LAUNCH_ATTR)
     return launch.parent.find_launch(key) if key else None
 
@@ -219,7 +255,7 @@ def link_runs(parent, study) -> int:
         if not is_transient(exc):
             raise
         return 0
-    return link_trial_runs(study, {r.data.tags.get(TRIAL_KEY_TAG): r.info.run_id for r in children})
+    return link_trial_runs(study, {r.tags.get(TRIAL_KEY_TAG): r.run_id for r in children})
 
 
 def link_after_replay(spool_dir: str, uri: str) -> int:
@@ -233,7 +269,7 @@ def link_after_replay(spool_dir: str, uri: str) -> int:
     run = parent.find_launch(where["launch"])
     if run is None:
         return 0
-    parent.run_id, parent.experiment_id = run.info.run_id, run.info.experiment_id
+    parent.attach(run)
     linked = link_runs(parent, study)
     path.unlink()
     return linked
@@ -242,12 +278,8 @@ def link_after_replay(spool_dir: str, uri: str) -> int:
 def _finish_study(launch: Launch, study, cfg: SearchConfig) -> list[str]:
     """Children ASHA stopped are tagged pruned and ended; the study's report goes on the parent. Skipped, with
     the rest of the close reporting what is undelivered, while the tracking server is away."""
-    client = launch.parent.client
     try:
-        for run in launch.parent.children():
-            if run.info.status == "RUNNING" and PHASE_TAG not in run.data.tags:
-                retry(client.set_tag, run.info.run_id, SEARCH_PRUNED_TAG, "true")
-                retry(client.set_terminated, run.info.run_id, "KILLED")
+        launch.parent.end_unfinished_children(SEARCH_PRUNED_TAG)
         return log_parent_results(Store(launch.parent.uri), launch.parent.run_id, study, cfg)
     except Exception as exc:  # noqa: BLE001
         if not is_transient(exc):
@@ -275,7 +307,7 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     with Launch(spec, options, kind="search", default_report_s=0.0) as launch:
         parent = _interrupted_parent(launch, study) if options.resume else None
         if parent is not None:
-            launch.parent.resume(parent.info.run_id)
+            launch.parent.resume(parent.run_id)
             threshold = trial_config(spec, {}).phases.threshold
             recovered = recover_interrupted(study, finished_runs(launch.parent.children(), threshold), cfg)
         else:  # no MLflow record to answer from: every interrupted trial runs again

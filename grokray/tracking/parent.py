@@ -25,6 +25,7 @@ from .client import (
     phase_counts,
     quick_failing_http,
     retry,
+    run_is_active,
     search_all,
     use_wal,
 )
@@ -40,6 +41,7 @@ from .delivery import (
     replay_dir,
     resolve_parent,
 )
+from .records import RunRecord
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
@@ -59,6 +61,7 @@ from .schema import (
     children_filter,
     phase_count_tags,
 )
+from .store import record
 from .uri import server_answers
 
 
@@ -161,17 +164,22 @@ class ParentRun:
             self.courier.flush()
             self._learn_id()
 
-    def find(self, spec_hash: str, kind: str | None = None):
+    def find(self, spec_hash: str, kind: str | None = None) -> RunRecord | None:
         """The latest parent of this spec hash (and kind) in this experiment, or None."""
-        return find_parent(self.client, self.experiment_name, spec_hash, kind)
+        run = find_parent(self.client, self.experiment_name, spec_hash, kind)
+        return None if run is None else record(run)
 
-    def find_launch(self, launch_key: str):
+    def find_launch(self, launch_key: str) -> RunRecord | None:
         """The parent of one launch (by the key it was given at open), or None."""
         try:
             _, run_id = resolve_parent(self.client, self.experiment_name, launch_key, {})
         except ParentNotCreated:
             return None
-        return retry(self.client.get_run, run_id)
+        return record(retry(self.client.get_run, run_id))
+
+    def active_run(self, run_id: str) -> RunRecord | None:
+        """A run of this store by id, unless it was deleted or is in another store."""
+        return record(self.client.get_run(run_id)) if run_is_active(self.client, run_id) else None
 
     def resume(self, run_id: str) -> None:
         """Continue a parent: RUNNING again, its launch's spool delivered first (what the last launch left)."""
@@ -182,19 +190,42 @@ class ParentRun:
         retry(self.client.update_run, run_id, status="RUNNING")
         replay_dir(self.spool_dir, self.client)
 
+    def attach(self, run: RunRecord) -> None:
+        """Point at an existing parent (read only: nothing is resumed or delivered), e.g. to read its children."""
+        self.run_id, self.experiment_id = run.run_id, run.experiment_id
+
     @property
     def tags(self) -> dict[str, str]:
         return retry(self.client.get_run, self.run_id).data.tags
 
-    def children(self) -> list:
+    def _child_runs(self) -> list:
         if not self.run_id:
             raise ParentNotCreated(f"the parent of launch {self.launch_key} is not in the store yet")
         return search_all(self.client, self.experiment_id, children_filter(self.run_id))
 
+    def children(self) -> list[RunRecord]:
+        """This launch's trial runs, as plain records."""
+        return [record(r) for r in self._child_runs()]
+
+    def read_texts(self, folder: str) -> list[str]:
+        """The text artifacts under `folder` of the parent, in path order."""
+        paths = sorted(a.path for a in retry(self.client.list_artifacts, self.run_id, folder))
+        return [Path(self.client.download_artifacts(self.run_id, path)).read_text() for path in paths]
+
+    def end_unfinished_children(self, tag: str) -> int:
+        """Children still RUNNING without a phase (a scheduler stopped them early) get `tag` and end KILLED."""
+        ended = 0
+        for run in self._child_runs():
+            if run.info.status == "RUNNING" and PHASE_TAG not in run.data.tags:
+                retry(self.client.set_tag, run.info.run_id, tag, "true")
+                retry(self.client.set_terminated, run.info.run_id, "KILLED")
+                ended += 1
+        return ended
+
     def delete_unfinished(self, keys: set[str]) -> int:
         """Delete the children of these trial keys that never got a phase (a round that is started again would
         otherwise leave them beside the runs it makes). Returns how many."""
-        stale = [r.info.run_id for r in self.children()
+        stale = [r.info.run_id for r in self._child_runs()
                  if PHASE_TAG not in r.data.tags and r.data.tags.get(TRIAL_KEY_TAG) in keys]
         for run_id in stale:
             retry(self.client.delete_run, run_id)
@@ -217,7 +248,7 @@ class ParentRun:
         self._learn_id()
         counts: dict[str, int] | None = None
         try:
-            children = self.children()
+            children = self._child_runs()
             for run in children:  # no trial runs now: a child still RUNNING ends here
                 if run.info.status == "RUNNING":  # with its phase: a kill came between its tag and its end
                     retry(self.client.set_terminated, run.info.run_id,

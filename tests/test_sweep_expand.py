@@ -122,3 +122,24 @@ def test_every_shipped_spec_expands(path, capsys):
     assert main(["run", str(path), "--dry-run", "--no-calibrate", "--yes"]) == 0
     out = capsys.readouterr().out
     assert f"configurations: {len(spec.points())}\n" in out, out
+
+
+def test_tune_stores_a_pack_as_its_base_and_each_members_diff_and_the_worker_gets_every_config_back():
+    """Tune keeps a trial's config about seven times over: the wire form must carry a member in its swept
+    values, not its whole configuration (issue 41: 14 KB of experiment state per configuration before)."""
+    import json
+
+    from grokray.plan.wire import compact_pack, full_pack
+    from grokray.spec import parse_trial
+
+    spec = load_spec(QUICKSTART, ["resources.pack_size=10"])
+    plan = expand(spec, slots=2)
+    for pack, wire in zip(plan.pack_dicts(), (compact_pack(p) for p in plan.pack_dicts()), strict=True):
+        back = full_pack(json.loads(json.dumps(wire)))  # what a worker receives: plain data
+        assert back == json.loads(json.dumps(pack))
+        assert [parse_trial(m["config"]).key() for m in back["members"]] == [m["key"] for m in pack["members"]]
+        per_member = (len(json.dumps(wire)) - len(json.dumps(wire["base"]))) / len(wire["members"])
+        assert per_member < 300 < len(json.dumps(pack)) / len(pack["members"]) / 3
+        assert {tuple(path) for m in wire["members"][1:] for path, _ in m["diff"]} <= {
+            ("seed",), ("optim", "decoder", "lr"), ("optim", "decoder", "weight_decay")}
+    assert full_pack(plan.pack_dicts()[0]) == plan.pack_dicts()[0]  # a search's full pack passes unchanged

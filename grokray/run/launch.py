@@ -24,6 +24,7 @@ import ray
 from ray import tune
 
 from ..errors import SpecError
+from ..plan.wire import compact_pack
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
 from ..tracking.pack_runs import RunTarget
@@ -217,7 +218,7 @@ class Launch:
         self.experiment_path = self.path_of(name)
         space = {"grokray": ctx.to_dict()}
         if packs is not None:
-            space["pack"] = {"grid_search": packs}
+            space["pack"] = {"grid_search": [compact_pack(p) for p in packs]}  # Tune keeps each several times
         return tune.Tuner(
             trainable,
             param_space=space,

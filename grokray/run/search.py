@@ -24,6 +24,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from ..errors import SpecError
 from ..plan.expand import check_budget, check_fits, run_name
+from ..plan.wire import compact_pack
 from ..search.artifacts import log_parent_results
 from ..search.config import SearchConfig, parse_search, trial_config, trial_configs
 from ..search.objective import SEED_ATTRS, trial_key
@@ -145,7 +146,7 @@ class StudySearcher(Searcher):
             members.append({"config": config.to_dict(), "key": config.key(), "point": point,
                             "name": f"#{ot_trial.number} " + run_name(point, list(self.cfg.space), self.log_axes),
                             "tags": {SEARCH_TRIAL_TAG: ot_trial.number, SEARCH_STUDY_TAG: self.cfg.study}})
-        pack = {"pack_id": f"search-{key}", "members": members}
+        pack = compact_pack({"pack_id": f"search-{key}", "members": members})
         return {**params, "pack": pack, "optuna_trial": ot_trial.number}
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:

@@ -22,6 +22,7 @@ from ..engine import load_checkpoint, make_trainer, save_checkpoint
 from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
 from ..phases import counted_phase
+from ..plan.wire import full_pack
 from ..search.objective import report_metrics
 from ..spec import device_for, parse_trial
 from ..tracking.pack_runs import PackTracker
@@ -70,7 +71,7 @@ def gpu_placement() -> dict:
 
 def train_pack(config: dict) -> None:
     started = time.perf_counter()
-    pack, ctx = config["pack"], TrialContext.from_dict(config["grokray"])
+    pack, ctx = full_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
     configs = [parse_trial(m["config"]) for m in pack["members"]]
     torch.set_num_threads(usable_threads(ctx.cpu))
     placement = gpu_placement()

@@ -28,6 +28,7 @@ from grokray.tracking.schema import (
     PHASE_COUNT_TAG,
     PHASE_TAG,
     ROLE_TAG,
+    RUNS_SUMMARY_TAG,
     SPEC_HASH_TAG,
     SWEPT_TAG,
     TASK_TAG,
@@ -178,20 +179,35 @@ def load_runs(experiment: str | None = None, parent_run_id: str | None = None, t
         raise ValueError("give exactly one of experiment= or parent_run_id=")
     store = open_store(tracking_uri)
     if parent_run_id is not None:
-        exp_id = store.run(parent_run_id).experiment_id
-        runs = store.runs([exp_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
+        parent = store.run(parent_run_id)
+        exp_id, runs = parent.experiment_id, store.children(parent)
     else:
         exp_id = _experiment_id(store, experiment)
-        everything = store.runs([exp_id])
-        runs = [r for r in everything if "mlflow.parentRunId" in r.tags]
-        if latest_parent and runs:
-            parents = {r.tags["mlflow.parentRunId"] for r in runs}
-            start = {r.run_id: r.start_ms or 0 for r in everything if r.run_id in parents}
-            latest = max(parents, key=lambda p: start.get(p, 0))
-            runs = [r for r in runs if r.tags["mlflow.parentRunId"] == latest]
+        runs = _children_of_launches(store, exp_id, latest_parent)
     df = runs_to_frame(runs)
     df.attrs.update(experiment_id=exp_id, tracking_uri=_uri(tracking_uri))
     return df
+
+
+def _children_of_launches(store, exp_id: str, latest_parent: bool) -> list[RunRecord]:
+    """Every child run of the experiment (of its latest parent only, with latest_parent). Where grokray's launches
+    closed with a runs table, those are read instead of paging through every run; runs of parents without one
+    (a launch still running, killed, or made before the tables) are read from the store."""
+    parents = store.runs([exp_id], f"tags.`{ROLE_TAG}` = '{PARENT}'")
+    if not any(RUNS_SUMMARY_TAG in p.tags for p in parents):
+        everything = store.runs([exp_id])
+        runs = [r for r in everything if "mlflow.parentRunId" in r.tags]
+        if latest_parent and runs:
+            ids = {r.tags["mlflow.parentRunId"] for r in runs}
+            start = {r.run_id: r.start_ms or 0 for r in everything if r.run_id in ids}
+            latest = max(ids, key=lambda p: start.get(p, 0))
+            runs = [r for r in runs if r.tags["mlflow.parentRunId"] == latest]
+        return runs
+    parents.sort(key=lambda p: p.start_ms or 0, reverse=True)
+    if latest_parent:  # the latest launch that made runs
+        return next((runs for runs in map(store.children, parents) if runs), [])
+    runs = [r for p in parents for r in store.children(p)]
+    return sorted(runs, key=lambda r: (-(r.start_ms or 0), r.run_id))  # the store's own order: newest first
 
 
 def parent_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:

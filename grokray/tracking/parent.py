@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -41,7 +41,7 @@ from .delivery import (
     replay_dir,
     resolve_parent,
 )
-from .records import RunRecord
+from .records import RunRecord, records_to_bytes
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
@@ -54,6 +54,8 @@ from .schema import (
     PHASE_TAG,
     REQUIRED_PARENT_TAGS,
     ROLE_TAG,
+    RUNS_SUMMARY_ARTIFACT,
+    RUNS_SUMMARY_TAG,
     SPEC_ARTIFACT,
     SPEC_HASH_TAG,
     SWEPT_TAG,
@@ -188,6 +190,8 @@ class ParentRun:
         self.started_ms = run.info.start_time or now_ms()
         self.launch_key = run.data.tags.get(LAUNCH_TAG) or run_id
         retry(self.client.update_run, run_id, status="RUNNING")
+        if RUNS_SUMMARY_TAG in run.data.tags:  # the table is of the last launch: stale until this one closes
+            retry(self.client.delete_tag, run_id, RUNS_SUMMARY_TAG)
         replay_dir(self.spool_dir, self.client)
 
     def attach(self, run: RunRecord) -> None:
@@ -222,6 +226,16 @@ class ParentRun:
                 ended += 1
         return ended
 
+    def _write_runs_table(self, records: list[RunRecord]) -> None:
+        """The launch's runs table (schema.RUNS_SUMMARY_ARTIFACT), then the tag that says it is complete."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / Path(RUNS_SUMMARY_ARTIFACT).name
+            path.write_bytes(records_to_bytes(records))
+            retry(self.client.log_artifact, self.run_id, str(path), str(Path(RUNS_SUMMARY_ARTIFACT).parent))
+        retry(self.client.set_tag, self.run_id, RUNS_SUMMARY_TAG, str(len(records)))
+
     def delete_unfinished(self, keys: set[str]) -> int:
         """Delete the children of these trial keys that never got a phase (a round that is started again would
         otherwise leave them beside the runs it makes). Returns how many."""
@@ -249,11 +263,16 @@ class ParentRun:
         counts: dict[str, int] | None = None
         try:
             children = self._child_runs()
+            ended: dict[str, tuple[str, int]] = {}
             for run in children:  # no trial runs now: a child still RUNNING ends here
                 if run.info.status == "RUNNING":  # with its phase: a kill came between its tag and its end
-                    retry(self.client.set_terminated, run.info.run_id,
-                          "FINISHED" if PHASE_TAG in run.data.tags else "KILLED")
+                    ended[run.info.run_id] = ("FINISHED" if PHASE_TAG in run.data.tags else "KILLED", now_ms())
+                    retry(self.client.set_terminated, run.info.run_id, *ended[run.info.run_id])
             counts = phase_counts(children)
+            if not any(pending_points(self.spool_dir)):  # every child is complete in the store: table them
+                self._write_runs_table([replace(record(r), status=ended[r.info.run_id][0],
+                                                end_ms=ended[r.info.run_id][1]) if r.info.run_id in ended
+                                        else record(r) for r in children])
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
                 raise

@@ -3,7 +3,9 @@ from): no MLflow here, so importing these costs nothing and any source of runs c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import gzip
+import json
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -28,3 +30,13 @@ class Point:
     step: int
     value: float
     timestamp_ms: int
+
+
+def records_to_bytes(records: list[RunRecord]) -> bytes:
+    """Records as gzipped JSON lines: the launch's runs table (tracking.schema.RUNS_SUMMARY_ARTIFACT)."""
+    return gzip.compress("".join(json.dumps(asdict(r), separators=(",", ":")) + "\n" for r in records).encode(),
+                         compresslevel=6)
+
+
+def records_from_bytes(data: bytes) -> list[RunRecord]:
+    return [RunRecord(**json.loads(line)) for line in gzip.decompress(data).decode().splitlines() if line]

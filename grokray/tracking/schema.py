@@ -28,6 +28,10 @@ PHASE_COUNT_METRIC = "phase_count/"  # + phase, the same count as a metric
 SPEC_ARTIFACT = "spec.resolved.yaml"
 NOTE_TAG = "mlflow.note.content"  # the run's description in MLflow's UI (markdown): what the launch did
 ANALYSIS_DIR = "analysis"  # the parent's artifact directory of figures (grokray analyze and the launch's close)
+# The launch's runs table: every child run as a record, one JSON line each, written at the close. What analyze,
+# the atlas and the launch's own figure read instead of the runs one by one (10^5 runs take minutes to page).
+RUNS_SUMMARY_ARTIFACT = "summary/runs.jsonl.gz"
+RUNS_SUMMARY_TAG = "grokray.summary_rows"  # rows in it; absent while the launch runs (or was resumed)
 # The tags every parent run carries from the moment it is opened, whichever driver opened it.
 REQUIRED_PARENT_TAGS = (ROLE_TAG, KIND_TAG, SPEC_HASH_TAG, CODE_VERSION_TAG, SWEPT_TAG, LOG_AXES_TAG)
 # ... and the ones it carries once closed (the atlas's skip-if-complete compares the two).

@@ -5,6 +5,7 @@ tracker backend other than MLflow replaces this module (and client.py beneath it
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from .client import find_parent, log_metrics, retry, search_all
-from .records import Point, RunRecord
+from .records import Point, RunRecord, records_from_bytes
+from .schema import RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG, children_filter
 
 
 def record(run) -> RunRecord:
@@ -28,6 +30,8 @@ class Store:
     def __init__(self, uri: str):
         self.uri = uri
         self.client = MlflowClient(uri)
+        # A download draws a progress bar on stderr: noise in a one-line error, in a log, in a notebook cell.
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
     # -- reading ------------------------------------------------------------------------------------------------
     def experiment_id(self, name: str) -> str | None:
@@ -50,6 +54,22 @@ class Store:
 
     def run(self, run_id: str) -> RunRecord:
         return record(retry(self.client.get_run, run_id))
+
+    def children(self, parent: RunRecord) -> list[RunRecord]:
+        """A launch's child runs: from its runs table when its close wrote one (one download, whatever the
+        launch's size), else page by page from the store."""
+        rows = parent.tags.get(RUNS_SUMMARY_TAG, "")
+        if rows.isdigit():
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as d:
+                try:
+                    table = records_from_bytes(self.download(parent.run_id, RUNS_SUMMARY_ARTIFACT, d).read_bytes())
+                except Exception:  # noqa: BLE001 - a table that cannot be read: the runs themselves are the truth
+                    table = None
+            if table is not None and len(table) == int(rows):
+                return table
+        return self.runs([parent.experiment_id], children_filter(parent.run_id))
 
     def parent(self, experiment_name: str, spec_hash: str, kind: str | None = None) -> RunRecord | None:
         """The latest parent run of this exact configuration set (of one driver's kind, if given)."""

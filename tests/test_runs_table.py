@@ -1,0 +1,80 @@
+"""The launch's runs table (issue 41): a launch's close writes every child run as one artifact on its parent, and
+analyze, the atlas and the launch's own figure read it instead of paging through every run. It must be exactly
+what the runs read one by one give, and never stale: a resumed launch's table goes until its close writes anew."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.load import load_runs, runs_to_frame
+from grokray.spec import load_spec
+from grokray.tracking.parent import ParentRun
+from grokray.tracking.records import records_from_bytes, records_to_bytes
+from grokray.tracking.schema import RUNS_SUMMARY_TAG, children_filter
+from grokray.tracking.store import Store
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml"
+
+
+@pytest.fixture(scope="module")
+def launch(local_ray, tmp_path_factory):
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
+
+    tmp = tmp_path_factory.mktemp("table")
+    spec = load_spec(QUICKSTART, ["train.steps=400", "phases.budget=400", "seeds=[1,2]"], scale="smoke")
+    options = dict(tracking_uri=f"sqlite:///{tmp}/mlflow.db", storage=str(tmp / "r"), progress="never")
+    first = run_sweep(spec, LaunchOptions(**options))
+    second = run_sweep(spec, LaunchOptions(**options))  # a second launch of the same experiment
+    return first, second
+
+
+def one_by_one(store: Store, parent_id: str) -> pd.DataFrame:
+    parent = store.run(parent_id)
+    return runs_to_frame(store.runs([parent.experiment_id], children_filter(parent_id)))
+
+
+def test_the_runs_table_equals_the_runs_read_one_by_one(launch):
+    first, second = launch
+    store = Store(first.tracking_uri)
+    for summary in (first, second):
+        parent = store.run(summary.parent_run_id)
+        assert parent.tags[RUNS_SUMMARY_TAG] == str(summary.configurations) == "16"
+        table = load_runs(parent_run_id=summary.parent_run_id, tracking_uri=summary.tracking_uri)
+        pd.testing.assert_frame_equal(table, one_by_one(store, summary.parent_run_id),
+                                      check_exact=True)
+        assert table.attrs["swept"] == ["optim.decoder.lr", "optim.decoder.weight_decay", "seed"]
+        assert set(table["phase"].dropna()) and table["status"].eq("FINISHED").all()
+    both = load_runs(experiment="quickstart", tracking_uri=first.tracking_uri)
+    everything = runs_to_frame([r for r in store.runs([first.experiment_id]) if "mlflow.parentRunId" in r.tags])
+    pd.testing.assert_frame_equal(both, everything, check_exact=True)
+    assert len(both) == 32 and both["parent_run_id"].value_counts().to_dict() == {
+        first.parent_run_id: 16, second.parent_run_id: 16}
+    latest = load_runs(experiment="quickstart", tracking_uri=first.tracking_uri, latest_parent=True)
+    assert set(latest["parent_run_id"]) == {second.parent_run_id} and len(latest) == 16
+
+
+def test_a_resumed_launch_drops_its_table_and_readers_page_through_the_runs(launch, tmp_path):
+    first, _ = launch
+    store = Store(first.tracking_uri)
+    parent = ParentRun(first.tracking_uri, "quickstart", str(tmp_path))
+    parent.resume(first.parent_run_id)
+    assert RUNS_SUMMARY_TAG not in store.run(first.parent_run_id).tags  # its table is the last launch's
+    fresh = load_runs(parent_run_id=first.parent_run_id, tracking_uri=first.tracking_uri)
+    pd.testing.assert_frame_equal(fresh, one_by_one(store, first.parent_run_id), check_exact=True)
+    parent.close("FINISHED", 0.0, configurations=16)  # closed again: a new table, the same runs
+    assert store.run(first.parent_run_id).tags[RUNS_SUMMARY_TAG] == "16"
+    pd.testing.assert_frame_equal(load_runs(parent_run_id=first.parent_run_id, tracking_uri=first.tracking_uri),
+                                  fresh, check_exact=True)
+
+
+def test_a_table_that_disagrees_with_its_tag_is_not_trusted(launch, tmp_path):
+    first, _ = launch
+    store = Store(first.tracking_uri)
+    parent = store.run(first.parent_run_id)
+    short = records_from_bytes(records_to_bytes(store.children(parent)))[:-1]  # one run lost
+    path = tmp_path / "runs.jsonl.gz"
+    path.write_bytes(records_to_bytes(short))
+    store.log_artifact(parent.run_id, path, "summary")  # overwrites the table; the tag still says 16
+    assert len(store.children(store.run(parent.run_id))) == 16

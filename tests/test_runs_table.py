@@ -78,3 +78,15 @@ def test_a_table_that_disagrees_with_its_tag_is_not_trusted(launch, tmp_path):
     path.write_bytes(records_to_bytes(short))
     store.log_artifact(parent.run_id, path, "summary")  # overwrites the table; the tag still says 16
     assert len(store.children(store.run(parent.run_id))) == 16
+
+
+def test_tunes_experiment_state_holds_each_pack_by_reference_not_its_members(launch):
+    """Tune keeps a trial's config ~7 times, in the driver and in every state save: a pack there is its file."""
+    first, _ = launch
+    state = "".join(p.read_text() for p in Path(first.experiment_path).glob("experiment_state-*.json"))
+    packs = sorted(Path(first.experiment_path, "grokray-packs").glob("*.json"))
+    assert state and len(packs) == first.packs >= 1
+    keys = [r.tags["grokray.trial_key"] for r in Store(first.tracking_uri).children(
+        Store(first.tracking_uri).run(first.parent_run_id))]
+    assert len(keys) == 16 and not [k for k in keys if k in state]  # no member, nor its key, in Tune's state
+    assert sum(k in "".join(p.read_text() for p in packs) for k in keys) == 16  # each is in its pack's file

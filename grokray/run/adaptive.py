@@ -135,7 +135,7 @@ def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds
                 ADAPTIVE_TAG: "true", ADAPTIVE_BUDGET_TAG: plan.budget, ADAPTIVE_FULL_GRID_TAG: plan.full_grid_trials,
                 ADAPTIVE_LATTICE_TAG: [x.target, y.target]})
             todo = []
-        ctx = launch.context(swept, log_axes)
+        ctx = launch.context(swept, log_axes, member_phases=True)
         interrupted, ran = False, 0
         while True:
             resumed = bool(todo)

@@ -22,6 +22,8 @@ class TrialContext:
     final_state: bool = False  # save each member's final parameters as an artifact
     objective: tuple[str, ...] = ()  # a search trial: the objectives each report carries (search.objective)
     penalty: float = 0.0  # ... and the value of a trial that has not generalized yet
+    member_phases: bool = False  # report each member's phase by its key (the adaptive driver steers by them;
+    # a grid reports counts only, so that Tune's results stay per pack, not per configuration)
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -24,7 +24,6 @@ import ray
 from ray import tune
 
 from ..errors import SpecError
-from ..plan.wire import compact_pack
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
 from ..tracking.pack_runs import RunTarget
@@ -43,6 +42,7 @@ from .cluster import (
 )
 from .context import TrialContext
 from .options import LaunchOptions, LaunchSummary, launch_status
+from .pack_files import store_packs
 from .progress import ProgressLine
 from .report import report_on_parent
 from .trainable import train_pack
@@ -218,7 +218,7 @@ class Launch:
         self.experiment_path = self.path_of(name)
         space = {"grokray": ctx.to_dict()}
         if packs is not None:
-            space["pack"] = {"grid_search": [compact_pack(p) for p in packs]}  # Tune keeps each several times
+            space["pack"] = {"grid_search": store_packs(self.experiment_path, packs)}  # a file each: see pack_files
         return tune.Tuner(
             trainable,
             param_space=space,
@@ -265,10 +265,10 @@ class Launch:
         if interrupted is None:
             interrupted = any(rnd.unfinished for rnd in self.rounds)
         status = launch_status(len(errors), interrupted)
-        fallback: dict[str, int] = {}
-        for rnd in self.rounds:
-            for phase in rnd.member_phases.values():
-                fallback[phase] = fallback.get(phase, 0) + 1
+        fallback: dict[str, int] = {}  # what the packs reported, should the server be away now
+        for r in results:
+            for phase, n in ((r.metrics or {}).get("phases") or {}).items():
+                fallback[phase] = fallback.get(phase, 0) + int(n)
         if self.delivery is not None:
             self.delivery.stop()
         closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics)

@@ -22,11 +22,11 @@ from ..engine import load_checkpoint, make_trainer, save_checkpoint
 from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
 from ..phases import counted_phase
-from ..plan.wire import full_pack
 from ..search.objective import report_metrics
 from ..spec import device_for, parse_trial
 from ..tracking.pack_runs import PackTracker
 from .context import TrialContext
+from .pack_files import load_pack
 
 CHECKPOINT_FILE = "pack.pt"
 FIRST_CHUNK = 20  # steps that time a pack before its chunks are sized
@@ -71,7 +71,7 @@ def gpu_placement() -> dict:
 
 def train_pack(config: dict) -> None:
     started = time.perf_counter()
-    pack, ctx = full_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
+    pack, ctx = load_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
     configs = [parse_trial(m["config"]) for m in pack["members"]]
     torch.set_num_threads(usable_threads(ctx.cpu))
     placement = gpu_placement()
@@ -101,7 +101,9 @@ def train_pack(config: dict) -> None:
         tune.report({"step": trainer.step, "total": trainer.total, "members": trainer.K, "members_done": trainer.K,
                      "phases": {p: phases.count(p) for p in set(phases)}, "node_id": node_id,
                      "restored_from": restored_from, "pack_done": True, "from_mlflow": True,
-                     "member_phases": {m["key"]: r.phase for m, r in zip(pack["members"], tracker.runs, strict=True)},
+                     **({"member_phases": {m["key"]: r.phase for m, r in zip(pack["members"], tracker.runs,
+                                                                              strict=True)}} if ctx.member_phases
+                        else {}),
                      "undelivered_points": 0, "delivery_wait_s": 0.0, "spool": "", "spooled_points": 0})
         return
     thresholds = [c.phases.threshold for c in configs]
@@ -151,8 +153,9 @@ def train_pack(config: dict) -> None:
             "spooled_points": tracker.courier.spooled_points,  # points that waited out a tracking outage
             **({"cuda_visible_devices": placement["cuda_visible_devices"]} if device == "cuda" else {}),
         }
-        if done:
+        if done and ctx.member_phases:
             metrics["member_phases"] = {m["key"]: r.phase for m, r in zip(pack["members"], results, strict=True)}
+        if done:
             metrics["undelivered_points"] = undelivered
             metrics["delivery_wait_s"] = close_s  # after training: one try at an outage's backlog, then handed over
             metrics["spool"] = str(tracker.courier.spool.path) if undelivered else ""

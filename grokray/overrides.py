@@ -13,6 +13,13 @@ from .errors import SpecError
 from .spec_keys import AXIS_KINDS, SPEC_KEYS
 
 
+class PlainDumper(yaml.SafeDumper):
+    """safe_dump without anchors and aliases: a resolved spec reads as written out in full."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
 def set_dotted(raw: dict, dotted: str, value) -> None:
     """raw['a']['b']['c'] = value for 'a.b.c', creating mappings on the way."""
     parts = dotted.split(".")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +21,7 @@ import yaml
 from .config import OptimConfig, PhaseConfig, TrainConfig, bounded, coerce, parse_dataclass, to_dict, unknown_key_error
 from .errors import Mistakes, SpecError
 from .models import MODELS
-from .overrides import apply_preset, check_top, parse_value, set_dotted, set_override
+from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
 from .spec_keys import (
     AXIS_KINDS,
     MAX_AXIS_POINTS,
@@ -218,13 +218,6 @@ def axis_values(path: str, axis) -> list:
     return [float(v) for v in fn(start, stop, num)]
 
 
-class _PlainDumper(yaml.SafeDumper):
-    """safe_dump without anchors and aliases."""
-
-    def ignore_aliases(self, data):
-        return True
-
-
 @dataclass
 class Spec:
     name: str
@@ -239,12 +232,16 @@ class Spec:
 
     def points(self) -> list[dict]:
         """Every swept point as {dotted key: value}, seeds last (so seeds of one point are neighbours)."""
-        keys = list(self.axes)
-        out = []
-        for combo in itertools.product(*(self.axes[k] for k in keys)):
-            for seed in self.seeds:
-                out.append({**dict(zip(keys, combo, strict=True)), "seed": seed})
-        return out
+        return [self.point(i) for i in range(self.point_count())]
+
+    def point_count(self) -> int:
+        return math.prod(len(v) for v in self.axes.values()) * len(self.seeds)
+
+    def point(self, index: int) -> dict:
+        """points()[index] without building the others (a launch holds indices): the last axis varies fastest."""
+        index, s = divmod(index, len(self.seeds))
+        at = np.unravel_index(index, [len(v) for v in self.axes.values()]) if self.axes else ()
+        return {**{k: v[int(j)] for (k, v), j in zip(self.axes.items(), at, strict=True)}, "seed": self.seeds[s]}
 
     def trial(self, point: dict) -> TrialConfig:
         raw = copy.deepcopy(self.base)
@@ -256,12 +253,12 @@ class Spec:
         return [self.trial(p) for p in self.points()]
 
     def first_trial(self) -> TrialConfig:
-        return self.trial(self.points()[0])
+        return self.trial(self.point(0))
 
     def yaml(self) -> str:
         """The resolved spec as YAML, without anchors: a preset that reuses a value (`&id001`, `*id001`) reads as
         written out in full, in the parent's description and its spec artifact."""
-        return yaml.dump(self.raw, Dumper=_PlainDumper, sort_keys=False)
+        return yaml.dump(self.raw, Dumper=PlainDumper, sort_keys=False)
 
     def hash(self) -> str:
         """Identity of what the spec trains (after presets and overrides): how a resume or the atlas finds it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from array import array
 from dataclasses import asdict, dataclass, field
 
 from ..engine import make_trainer, max_pack_size, pack_signature
@@ -183,23 +184,76 @@ def local_slots(spec: Spec, cpus: int | None = None, gpus: float | None = None) 
     return max(1, n)
 
 
-def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = None) -> Plan:
-    """Every configuration of the spec (validated), grouped by pack signature, chunked into packs.
+@dataclass
+class Survey:
+    """One pass over every configuration of a spec, keeping per configuration only its index: each is built and
+    validated (a bad one is a SpecError before anything starts), grouped by pack signature, and counted into the
+    step budget; one configuration per model shape is kept for the memory check and pack sizing. A launch of
+    10^5 configurations holds 10^5 integers here, not 10^5 configurations."""
+
+    spec: Spec
+    groups: dict[str, list[int]] = field(default_factory=dict)  # pack signature -> point indices, in order
+    first: dict[str, TrialConfig] = field(default_factory=dict)  # pack signature -> its first configuration
+    shapes: dict[str, TrialConfig] = field(default_factory=dict)  # model x task x batch -> one configuration
+    budgets: array = field(default_factory=lambda: array("q"))  # each configuration's step budget, by index
+
+    @classmethod
+    def of(cls, spec: Spec) -> Survey:
+        survey = cls(spec)
+        for i in range(spec.point_count()):
+            config = spec.trial(spec.point(i))
+            signature = pack_signature(config)
+            if signature not in survey.groups:
+                survey.groups[signature], survey.first[signature] = [], config
+            survey.groups[signature].append(i)
+            survey.shapes.setdefault(repr((config.model, config.task, config.train.batch_size)), config)
+            survey.budgets.append(config.budget_steps)
+        return survey
+
+    @property
+    def budget_steps(self) -> int:
+        return sum(self.budgets)
+
+    def work(self, packs: list[tuple[str, list[int]]]) -> float:
+        """Member-steps the packs train at most: a pack runs until its longest budget."""
+        return float(sum(len(indices) * max(self.budgets[i] for i in indices) for _, indices in packs))
+
+    @property
+    def n_configs(self) -> int:
+        return sum(len(g) for g in self.groups.values())
+
+    def packs(self, slots: int, gpu_free_bytes: int | None = None) -> list[tuple[str, list[int]]]:
+        """(pack id, point indices) of every pack: each signature's indices dealt into packs of its size."""
+        out = []
+        for signature, indices in self.groups.items():
+            size = pack_size_for(self.spec, self.first[signature], len(indices), slots, self.spec.resources.device,
+                                 gpu_free_bytes)
+            out += [(f"pack-{len(out) + k:04d}", chunk) for k, chunk in enumerate(_deal(indices, size))]
+        return out
+
+    def pack_dicts(self, packs: list[tuple[str, list[int]]]):
+        """Each pack as the plain dict a trial receives, built one pack at a time (a generator): the launch writes
+        it out and drops it before the next is built."""
+        swept = swept_keys(self.spec)
+        for pack_id, indices in packs:
+            points = [self.spec.point(i) for i in indices]
+            yield pack_to_dict(Pack(pack_id, [Member(self.spec.trial(p), p) for p in points]), swept,
+                               self.spec.log_axes)
+
+
+def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = None,
+           survey: Survey | None = None) -> Plan:
+    """Every configuration of the spec (validated), grouped by pack signature, chunked into packs, in memory:
+    what --dry-run and the estimate read. (A launch streams the same packs from its Survey instead.)
     gpu_free_bytes: free memory of the GPUs the packs will run on, for `pack_size: auto` (None: see sizing)."""
     slots = slots if slots is not None else local_slots(spec)
-    device = spec.resources.device
-    if device == "cuda" and gpu_free_bytes is None and spec.resources.pack_size == "auto":
+    if spec.resources.device == "cuda" and gpu_free_bytes is None and spec.resources.pack_size == "auto":
         gpu_free_bytes = local_gpu_free_bytes()  # --dry-run on a GPU machine: this card's free memory
-    points = spec.points()
-    members = [Member(spec.trial(p), p) for p in points]
-    groups: dict[str, list[Member]] = {}
-    for m in members:
-        groups.setdefault(pack_signature(m.config), []).append(m)
+    survey = survey or Survey.of(spec)
     packs = []
-    for group in groups.values():
-        size = pack_size_for(spec, group[0].config, len(group), slots, device, gpu_free_bytes)
-        for chunk in _deal(group, size):
-            packs.append(Pack(f"pack-{len(packs):04d}", chunk))
+    for pack_id, indices in survey.packs(slots, gpu_free_bytes):
+        points = [spec.point(i) for i in indices]
+        packs.append(Pack(pack_id, [Member(spec.trial(p), p) for p in points]))
     return Plan(spec=spec, packs=packs, swept=swept_keys(spec), gpu_free_bytes=gpu_free_bytes)
 
 
@@ -212,11 +266,9 @@ STEP_FLOOR_S = 1e-5  # no configuration trains a step faster than this, on any d
 MAX_FLOOR_DAYS = 7
 
 
-def check_budget(configs: list, copies: int = 1, yes: bool = False) -> None:
-    """Refuse (unless `yes`) a launch whose step budget cannot finish within MAX_FLOOR_DAYS even at STEP_FLOOR_S a
-    step: a typo like `train.steps: 1e15` costs nothing. `copies`: how often each configuration trains (a search's
-    trials)."""
-    steps = copies * sum(c.budget_steps for c in configs)
+def check_budget(steps: int, yes: bool = False) -> None:
+    """Refuse (unless `yes`) a launch of `steps` training steps in all that cannot finish within MAX_FLOOR_DAYS
+    even at STEP_FLOOR_S a step: a typo like `train.steps: 1e15` costs nothing."""
     days = steps * STEP_FLOOR_S / 86400
     if not yes and days > MAX_FLOOR_DAYS:
         raise SpecError("train.steps", f"{steps:.3g} training steps in all (train.steps, capped by phases.budget) "

@@ -183,3 +183,9 @@ class PointSpec(Spec):
 
     def points(self) -> list[dict]:
         return [dict(p) for p in self._points]
+
+    def point_count(self) -> int:
+        return len(self._points)
+
+    def point(self, index: int) -> dict:
+        return dict(self._points[index])

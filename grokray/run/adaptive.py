@@ -120,7 +120,7 @@ def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds
     options = options or LaunchOptions()
     plan = parse_adaptive(spec)
     base = spec.trial(trial_point(plan, (0, 0, plan.seeds[0])))  # the base parses; every lattice point below too
-    check_budget([base], copies=plan.budget)
+    check_budget(plan.budget * base.budget_steps)
     check_fits(spec, [base])
     x, y = plan.lattice.x, plan.lattice.y
     swept = [x.key, y.key] + (["seed"] if len(plan.seeds) > 1 or plan.rules.extra_seeds else [])

@@ -6,7 +6,7 @@ import time
 
 from ray import tune
 
-from ..plan.expand import check_budget, check_fits, check_size, expand
+from ..plan.expand import Survey, check_budget, check_fits, check_size, swept_keys
 from ..spec import Spec
 from ..tracking.schema import CONFIGURATIONS_TAG, EXPERIMENT_PATH_TAG, PACKS_TAG
 from .launch import Launch
@@ -18,25 +18,22 @@ def run_sweep(spec: Spec, options: LaunchOptions | None = None, *, max_configs: 
     MLflow is touched. max_configs: refuse a larger expansion (the CLI asks for --yes instead)."""
     options = options or LaunchOptions()
     check_size(spec, max_configs)
-    configs = spec.trials()  # every configuration parses, or a SpecError leaves nothing behind
-    check_budget(configs, yes=max_configs is None)
-    check_fits(spec, configs)
+    survey = Survey.of(spec)  # every configuration parses, or a SpecError leaves nothing behind
+    check_budget(survey.budget_steps, yes=max_configs is None)
+    check_fits(spec, survey.shapes.values())
     with Launch(spec, options, kind="grid") as launch:
-        plan = expand(spec, slots=launch.slots, gpu_free_bytes=launch.gpu_free)
-        total_work = sum(len(p.members) * max(m.config.budget_steps for m in p.members) for p in plan.packs)
+        packs = survey.packs(launch.slots, launch.gpu_free)  # (id, indices): the driver holds no configuration
+        n, total_work = survey.n_configs, survey.work(packs)
         if options.resume:
             parent = launch.resume_parent(lambda run: tune.Tuner.can_restore(
                 run.tags.get(EXPERIMENT_PATH_TAG, "") or "/nonexistent"))
-            tuner = launch.tuner("", restore=parent.tags[EXPERIMENT_PATH_TAG], total_configs=plan.n_configs,
-                                 total_work=total_work)
+            tuner = launch.tuner("", restore=parent.tags[EXPERIMENT_PATH_TAG], total_configs=n, total_work=total_work)
         else:
             name = f"{spec.name}_{time.strftime('%Y%m%d-%H%M%S')}"
-            launch.open_parent(f"{spec.name} sweep", plan.swept, sorted(spec.log_axes),
-                               {CONFIGURATIONS_TAG: plan.n_configs, PACKS_TAG: len(plan.packs),
-                                EXPERIMENT_PATH_TAG: launch.path_of(name)})
-            ctx = launch.context(plan.swept, sorted(spec.log_axes))
-            tuner = launch.tuner(name, ctx, packs=plan.pack_dicts(), total_configs=plan.n_configs,
-                                 total_work=total_work)
+            swept = swept_keys(spec)
+            launch.open_parent(f"{spec.name} sweep", swept, sorted(spec.log_axes), {
+                CONFIGURATIONS_TAG: n, PACKS_TAG: len(packs), EXPERIMENT_PATH_TAG: launch.path_of(name)})
+            ctx = launch.context(swept, sorted(spec.log_axes))
+            tuner = launch.tuner(name, ctx, packs=survey.pack_dicts(packs), total_configs=n, total_work=total_work)
         launch.fit(tuner)
-        return launch.close(configurations=plan.n_configs, packs=len(plan.packs))
-
+        return launch.close(configurations=n, packs=len(packs))

@@ -298,7 +298,7 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     if target < 1:
         raise SpecError("--n-trials", f"got {target}; must be >= 1")
     start = trial_configs(spec, {})
-    check_budget(start, copies=target)  # the start point's budget, once per trial: a typo costs nothing
+    check_budget(target * sum(c.budget_steps for c in start))  # the start point's, once per trial
     check_fits(spec, start)
     check_gpu_request(spec, options)  # before the study is created, as every check that can refuse the launch
     optuna.logging.set_verbosity(optuna.logging.WARNING)

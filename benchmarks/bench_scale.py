@@ -12,7 +12,8 @@ as its own process, as a user runs it; this script samples it from /proc while i
   at each save);
 - the Ray GCS's peak RSS;
 - rows in the store: child runs with a phase, missing and duplicated trial keys;
-- `grokray analyze` wall time and peak RSS, and whether it read the launch's summary table or the runs one by one.
+- `grokray analyze` wall time and peak RSS (it reads the launch's runs table, summary/runs.jsonl.gz);
+- `grokray ui`'s runs page: seconds until its table shows a run, in a headless Chromium.
 
 `--search` measures Optuna's side: grokray's sampler (TPE, multivariate, constant liar) asking with 10^3 and 10^4
 finished trials in a journal file, and the time to load that study.
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 BIN = Path(sys.executable).parent
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -215,7 +217,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
     out_dir = work / f"figures-{n}"
     a_wall, a_rss, a_code = timed_child([str(BIN / "grokray"), "analyze", "--experiment", f"scale-{n}",
                                          "-o", str(out_dir)], env, work / f"analyze-{n}.log")
-    analyze_log = (work / f"analyze-{n}.log").read_text()
+    ui_s = ui_runs_page_s(uri, runs[0].experiment_id, work) if runs else float("nan")
     return {
         "n": n, "wall_s": wall, "per_config_ms": 1e3 * wall / n, "tracking_core_s_per_config": track_cpu / n,
         "worker_mlflow_s_per_config": worker_mlflow_s / n, "train_s_per_config": train_s / n,
@@ -224,8 +226,33 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
         "state_mb": state_bytes / 2**20, "state_save_s": save_s, "gcs_peak_mb": sampler.gcs_peak / 2**20,
         "rows": len(runs), "missing": n - len(set(keys)), "duplicated": len(keys) - len(set(keys)),
         "read_runs_s": read_s, "analyze_s": a_wall, "analyze_peak_mb": a_rss / 2**20, "analyze_exit": a_code,
-        "analyze_source": "summary table" if "summary table" in analyze_log else "runs one by one",
+        "ui_runs_page_s": ui_s,
     }
+
+
+# -- grokray ui's runs page, in a headless Chromium -------------------------------------------------------------
+def ui_runs_page_s(uri: str, experiment_id: str, work: Path, timeout_s: float = 300.0) -> float:
+    """Seconds from navigating to the experiment's runs page until its table shows a run (a child's name, lr=...),
+    in a headless Chromium (headless.py): what a researcher waits for."""
+    import re
+    import signal
+
+    from headless import CHROMIUM, watch
+
+    from grokray.tracking.local_servers import free_port
+
+    if CHROMIUM is None:
+        return float("nan")
+    ui = subprocess.Popen([str(BIN / "grokray"), "ui", "--tracking-uri", uri, "--port", str(free_port())],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = re.search(r"(http://127\.0\.0\.1:\d+)/", ui.stdout.readline()).group(1)
+        _, seconds = watch(f"{url}/#/experiments/{experiment_id}/runs", "document.body.innerText.includes('lr=')",
+                           bool, work / "chromium", free_port(), timeout_s)
+    finally:
+        ui.send_signal(signal.SIGINT)
+        ui.wait(timeout=30)
+    return float("inf") if seconds is None else seconds
 
 
 # -- the search's sampler ---------------------------------------------------------------------------------------
@@ -303,6 +330,9 @@ def main():
                 server.stop()
     for row in rows:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    for a, b in zip(rows[:-1], rows[1:], strict=True):  # the driver's peak RSS across launches, per 1,000 more
+        print(f"driver peak RSS from N={a['n']} to N={b['n']}: "
+              f"{(b['driver_peak_mb'] - a['driver_peak_mb']) / (b['n'] - a['n']) * 1000:+.2f} MB per 1,000")
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         print(f"time per configuration at N={last['n']} / at N={first['n']}: "

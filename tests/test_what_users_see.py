@@ -3,7 +3,6 @@ included), each run's duration is its own, and the parent run describes the swee
 One real sweep on a local Ray: a pack of two members, one that generalizes at step ~400 and one that memorizes
 and trains its whole budget."""
 
-import asyncio
 import json
 import re
 import shutil
@@ -11,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -22,6 +20,9 @@ from mlflow.tracking import MlflowClient
 from grokray.engine import make_trainer
 from grokray.spec import load_spec
 from grokray.tracking.local_servers import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from headless import watch  # noqa: E402  - the DevTools driver the scale benchmark times the runs page with
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
@@ -137,49 +138,16 @@ def test_grokray_ui_serves_the_sweep_and_stops_cleanly(sweep, tmp_path):
 def plotted(url: str, profile: Path, timeout_s: float = 60.0) -> list[dict]:
     """The series MLflow's UI plotted on the page at `url`, read from its Plotly charts in a headless Chromium
     driven over the DevTools protocol: what the researcher's chart shows, not what the store holds."""
-    aiohttp = pytest.importorskip("aiohttp")
-    port = free_port()
-    browser = subprocess.Popen([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                                f"--remote-debugging-port={port}", "about:blank"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pytest.importorskip("aiohttp")
     read = ("JSON.stringify([...document.querySelectorAll('.js-plotly-plot')].flatMap(g => (g.data || []).map(t => "
             "({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || [])}))))")
 
-    async def drive():
-        deadline = time.time() + timeout_s
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as answer:
-                    tab = next(t for t in json.load(answer) if t["type"] == "page")
-                break
-            except (OSError, StopIteration):
-                assert time.time() < deadline, "Chromium's DevTools never answered"
-                await asyncio.sleep(0.2)
-        async with aiohttp.ClientSession() as session, session.ws_connect(tab["webSocketDebuggerUrl"],
-                                                                          max_msg_size=0) as ws:
-            ids = iter(range(1, 10**6))
+    def drawn(value):
+        series = json.loads(value or "[]")
+        return bool(series) and all(s["x"] for s in series)
 
-            async def call(method, **params):
-                n = next(ids)
-                await ws.send_json({"id": n, "method": method, "params": params})
-                while (msg := await ws.receive_json()).get("id") != n:
-                    pass
-                return msg["result"]
-
-            await call("Page.navigate", url=url)
-            while time.time() < deadline:
-                series = json.loads((await call("Runtime.evaluate", expression=read,
-                                                returnByValue=True))["result"].get("value") or "[]")
-                if series and all(s["x"] for s in series):
-                    return series
-                await asyncio.sleep(0.5)
-            return []
-
-    try:
-        return asyncio.run(drive())
-    finally:
-        browser.terminate()
-        browser.wait(timeout=30)
+    value, seconds = watch(url, read, drawn, profile, free_port(), timeout_s)
+    return json.loads(value or "[]") if seconds is not None else []
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")

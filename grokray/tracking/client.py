@@ -186,18 +186,23 @@ def get_or_create_experiment(client: MlflowClient, name: str) -> str:
         return exp.experiment_id
 
 
-def search_all(client: MlflowClient, experiment_id: str | list[str], filter_string: str = "", attempts: int = 6
-               ) -> list:
-    """Every run matching the filter in one experiment (or a list of them), page by page."""
+def search_pages(client: MlflowClient, experiment_id: str | list[str], filter_string: str = "", attempts: int = 6):
+    """The runs matching the filter, one page (up to 1,000) at a time: a reader of 10^5 runs holds one page."""
     ids = [experiment_id] if isinstance(experiment_id, str) else list(experiment_id)
-    runs, token = [], None
+    token = None
     while True:
         page = retry(client.search_runs, ids, filter_string=filter_string, max_results=1000, page_token=token,
                      attempts=attempts)
-        runs.extend(page)
+        yield list(page)
         token = page.token
         if not token:
-            return runs
+            return
+
+
+def search_all(client: MlflowClient, experiment_id: str | list[str], filter_string: str = "", attempts: int = 6
+               ) -> list:
+    """Every run matching the filter in one experiment (or a list of them), page by page."""
+    return [run for page in search_pages(client, experiment_id, filter_string, attempts) for run in page]
 
 
 def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list:

@@ -27,6 +27,7 @@ from .client import (
     retry,
     run_is_active,
     search_all,
+    search_pages,
     use_wal,
 )
 from .delivery import (
@@ -41,7 +42,7 @@ from .delivery import (
     replay_dir,
     resolve_parent,
 )
-from .records import RunRecord, records_to_bytes
+from .records import RunRecord, record_line
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
@@ -226,15 +227,36 @@ class ParentRun:
                 ended += 1
         return ended
 
-    def _write_runs_table(self, records: list[RunRecord]) -> None:
-        """The launch's runs table (schema.RUNS_SUMMARY_ARTIFACT), then the tag that says it is complete."""
+    def _end_and_count_children(self, table: bool) -> dict[str, int]:
+        """One pass over the children, a page at a time (a launch of 10^5 runs holds one page): a child still
+        RUNNING ends here (FINISHED if it has its phase: a kill came between its tag and its end), its phase is
+        counted, and with `table` (every child complete in the store) it joins the launch's runs table, which
+        goes up with the tag that says it is complete."""
+        import gzip
         import tempfile
 
+        if not self.run_id:
+            raise ParentNotCreated(f"the parent of launch {self.launch_key} is not in the store yet")
+        counts: dict[str, int] = {}
+        rows = 0
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / Path(RUNS_SUMMARY_ARTIFACT).name
-            path.write_bytes(records_to_bytes(records))
-            retry(self.client.log_artifact, self.run_id, str(path), str(Path(RUNS_SUMMARY_ARTIFACT).parent))
-        retry(self.client.set_tag, self.run_id, RUNS_SUMMARY_TAG, str(len(records)))
+            with gzip.open(path, "wt", compresslevel=6) as out:
+                for page in search_pages(self.client, self.experiment_id, children_filter(self.run_id)):
+                    for run in page:
+                        rec = record(run)
+                        if run.info.status == "RUNNING":
+                            rec = replace(rec, status="FINISHED" if PHASE_TAG in run.data.tags else "KILLED",
+                                          end_ms=now_ms())
+                            retry(self.client.set_terminated, rec.run_id, rec.status, rec.end_ms)
+                        out.write(record_line(rec))
+                    for phase, n in phase_counts(page).items():
+                        counts[phase] = counts.get(phase, 0) + n
+                    rows += len(page)
+            if table:
+                retry(self.client.log_artifact, self.run_id, str(path), str(Path(RUNS_SUMMARY_ARTIFACT).parent))
+                retry(self.client.set_tag, self.run_id, RUNS_SUMMARY_TAG, str(rows))
+        return dict(sorted(counts.items()))
 
     def delete_unfinished(self, keys: set[str]) -> int:
         """Delete the children of these trial keys that never got a phase (a round that is started again would
@@ -262,17 +284,7 @@ class ParentRun:
         self._learn_id()
         counts: dict[str, int] | None = None
         try:
-            children = self._child_runs()
-            ended: dict[str, tuple[str, int]] = {}
-            for run in children:  # no trial runs now: a child still RUNNING ends here
-                if run.info.status == "RUNNING":  # with its phase: a kill came between its tag and its end
-                    ended[run.info.run_id] = ("FINISHED" if PHASE_TAG in run.data.tags else "KILLED", now_ms())
-                    retry(self.client.set_terminated, run.info.run_id, *ended[run.info.run_id])
-            counts = phase_counts(children)
-            if not any(pending_points(self.spool_dir)):  # every child is complete in the store: table them
-                self._write_runs_table([replace(record(r), status=ended[r.info.run_id][0],
-                                                end_ms=ended[r.info.run_id][1]) if r.info.run_id in ended
-                                        else record(r) for r in children])
+            counts = self._end_and_count_children(table=not any(pending_points(self.spool_dir)))
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
                 raise

@@ -32,10 +32,14 @@ class Point:
     timestamp_ms: int
 
 
+def record_line(r: RunRecord) -> str:
+    """One record as one JSON line of the launch's runs table (tracking.schema.RUNS_SUMMARY_ARTIFACT)."""
+    return json.dumps(asdict(r), separators=(",", ":")) + "\n"
+
+
 def records_to_bytes(records: list[RunRecord]) -> bytes:
-    """Records as gzipped JSON lines: the launch's runs table (tracking.schema.RUNS_SUMMARY_ARTIFACT)."""
-    return gzip.compress("".join(json.dumps(asdict(r), separators=(",", ":")) + "\n" for r in records).encode(),
-                         compresslevel=6)
+    """Records as gzipped JSON lines: the launch's runs table."""
+    return gzip.compress("".join(map(record_line, records)).encode(), compresslevel=6)
 
 
 def records_from_bytes(data: bytes) -> list[RunRecord]:

@@ -2,7 +2,7 @@
 10^4 configurations every run is in the store once, and the launch's runs table is exactly those runs.
 
 The planning test (library tier, ~1 minute) traces the driver's Python allocations while it surveys the grid and
-writes its packs, at 2,000 and 10,000 configurations with the same pack size, so the one pack built at a time is
+writes its packs, at 1,000 and 5,000 configurations with the same pack size, so the one pack built at a time is
 the same in both. The whole launch at 10^4 is `slow` (`make test-slow`, ~15 minutes on 2 cores: tracking a run
 costs ~0.1 core-second, so it cannot fit in CI's hour beside the rest); benchmarks/bench_scale.py measures the
 same launch at 10^3 to 3*10^4 and records the driver's peak RSS against N.
@@ -44,12 +44,12 @@ def planned_peak_mb(n: int, tmp: Path) -> float:
 
 @pytest.mark.library
 def test_planning_holds_at_most_1_mb_per_1000_configurations(tmp_path):
-    small, large = planned_peak_mb(2000, tmp_path), planned_peak_mb(10_000, tmp_path)
-    slope = (large - small) / 8  # MB per 1,000 configurations
+    small, large = planned_peak_mb(1000, tmp_path), planned_peak_mb(5000, tmp_path)
+    slope = (large - small) / 4  # MB per 1,000 configurations
     assert slope <= 1.0, (small, large)
-    files = sorted((tmp_path / "exp-10000" / "grokray-packs").glob("*.json"))
+    files = sorted((tmp_path / "exp-5000" / "grokray-packs").glob("*.json"))
     keys = [m["key"] for f in files for m in json.loads(f.read_text())["members"]]
-    assert len(keys) == len(set(keys)) == 10_000  # every configuration in exactly one pack
+    assert len(keys) == len(set(keys)) == 5000  # every configuration in exactly one pack
 
 
 @pytest.mark.slow
@@ -72,4 +72,4 @@ def test_a_10k_configuration_launch_loses_and_doubles_nothing_and_its_table_is_i
     table = load_runs(parent_run_id=summary.parent_run_id, tracking_uri=summary.tracking_uri)
     pd.testing.assert_frame_equal(table, runs_to_frame(runs), check_exact=True)
     state = "".join(p.read_text() for p in Path(summary.experiment_path).glob("experiment_state-*.json"))
-    assert len(state) < 200 * summary.packs * 1000  # per pack, not per configuration (was 14 KB each)
+    assert len(state) < 100_000 * summary.packs < 10_000 * 1_000  # ~25 KB a pack (was 14 KB a configuration)

@@ -128,3 +128,28 @@ def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: fl
         k = int(CPU_WORKING_SET // need)
     k = max(1, min(k, MAX_PACK, n_configs))
     return min(k, cap) if cap else k
+
+
+def _within_probe(config, build):
+    """build() under the probe's memory cap; a configuration that cannot fit is a SpecError naming what to change."""
+    try:
+        with AddressSpaceCap(PROBE_BYTES):
+            return build()
+    except (MemoryError, RuntimeError) as exc:
+        if not out_of_memory(exc):
+            raise
+        raise SpecError("model", f"one configuration ({config.task.registry_name} x {config.model.registry_name}) "
+                        f"does not fit in {PROBE_BYTES // 2**30} GiB; check the task size (e.g. task.p) and the "
+                        "model's widths") from None
+
+
+def build_within_probe(config) -> None:
+    """Build one configuration's trainer on the CPU under the probe's cap: planning's check that it fits at all
+    (the one place, with fitted_pack_size, where planning allocates)."""
+    _within_probe(config, lambda: make_trainer([config], device="cpu"))
+
+
+def fitted_pack_size(config, n: int, device: str, gpu_fraction: float, free_bytes: int | None) -> int:
+    """auto_pack_size under the probe's cap."""
+    return _within_probe(config, lambda: auto_pack_size(config, n, device, gpu_fraction=gpu_fraction,
+                                                        free_bytes=free_bytes))

@@ -1,4 +1,5 @@
-"""Spec -> configurations -> packs -> the packs as plain dicts. Pure: no Ray, no MLflow, testable without a cluster.
+"""Spec -> configurations -> packs -> the packs as plain dicts. Pure: no Ray, no MLflow, testable without a cluster;
+what allocates (the memory check and `pack_size: auto`'s probe) is engine.sizing's, asked for by name.
 
 A *pack* is a list of configurations with one `engine.pack_signature` that one Tune trial trains at once.
 Each trial receives its pack as plain dicts (`Plan.pack_dicts`) and rebuilds the configurations with
@@ -12,8 +13,8 @@ import os
 from array import array
 from dataclasses import asdict, dataclass, field
 
-from ..engine import make_trainer, max_pack_size, pack_signature
-from ..engine.sizing import PROBE_BYTES, AddressSpaceCap, auto_pack_size, local_gpu_free_bytes, out_of_memory
+from ..engine import max_pack_size, pack_signature
+from ..engine.sizing import build_within_probe, fitted_pack_size, local_gpu_free_bytes
 from ..errors import SpecError
 from ..spec import Spec, TrialConfig
 
@@ -139,23 +140,6 @@ def _deal(items: list, size: int) -> list[list]:
     return [items[i::count] for i in range(count)]
 
 
-def _capped(config: TrialConfig, build):
-    """build() under the probe's memory cap; a configuration that cannot fit is a SpecError naming what to change."""
-    try:
-        with AddressSpaceCap(PROBE_BYTES):
-            return build()
-    except (MemoryError, RuntimeError) as exc:
-        if not out_of_memory(exc):
-            raise
-        raise SpecError("model", f"one configuration ({config.task.registry_name} x {config.model.registry_name}) "
-                        f"does not fit in {PROBE_BYTES // 2**30} GiB; check the task size (e.g. task.p) and the "
-                        "model's widths") from None
-
-
-def _probe_pack_size(config: TrialConfig, n: int, device: str, frac: float, gpu_free_bytes: int | None) -> int:
-    return _capped(config, lambda: auto_pack_size(config, n, device, gpu_fraction=frac, free_bytes=gpu_free_bytes))
-
-
 def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: str,
                   gpu_free_bytes: int | None = None) -> int:
     """resources.pack_size, or auto: what fits the device, but at least `slots` packs to keep every slot busy (on
@@ -163,7 +147,7 @@ def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: s
     size = spec.resources.pack_size
     if size == "auto":
         frac = min(1.0, spec.resources.gpu) if spec.resources.gpu > 0 else 1.0
-        size = _probe_pack_size(config, n, device, frac, gpu_free_bytes)
+        size = fitted_pack_size(config, n, device, frac, gpu_free_bytes)
         size = min(size, max(1, math.ceil(n / max(1, slots))))
         # Whole waves: 3 packs on 2 slots leave a slot idle for the last third, 4 smaller packs do not.
         count = math.ceil(n / size)
@@ -276,10 +260,10 @@ def check_budget(steps: int, yes: bool = False) -> None:
                         f"{MAX_FLOOR_DAYS}; lower train.steps or phases.budget, or rerun with --yes")
 
 
-def check_fits(spec: Spec, configs: list, most: int = 8) -> None:
-    """Each distinct model and task of the launch (the `most` widest) is built once, under the probe's memory cap,
-    before Ray starts or any store is opened: one that cannot fit is refused with the field to change. A GPU
-    launch is checked on its card, when its packs are sized."""
+def check_fits(spec: Spec, configs, most: int = 8) -> None:
+    """Each distinct model and task of the launch (the `most` widest) is built once, under the probe's memory cap
+    (engine.sizing.build_within_probe), before Ray starts or any store is opened: one that cannot fit is refused
+    with the field to change. A GPU launch is checked on its card, when its packs are sized."""
     if spec.resources.gpu > 0:
         return
     shapes: dict[str, TrialConfig] = {}
@@ -292,7 +276,7 @@ def check_fits(spec: Spec, configs: list, most: int = 8) -> None:
         return sum(abs(x) for x in values if isinstance(x, int | float) and not isinstance(x, bool))
 
     for config in sorted(shapes.values(), key=width, reverse=True)[:most]:
-        _capped(config, lambda c=config: make_trainer([c], device="cpu"))
+        build_within_probe(config)
 
 
 def check_size(spec: Spec, limit: int | None) -> int:

@@ -147,8 +147,9 @@ class Sampler(threading.Thread):
 
 
 def rss_slope_per_1000(samples, n: int) -> float:
-    """MB of driver RSS per 1,000 configurations finished (least squares), past the first 10 % of the launch."""
-    pts = [(d, r) for _, r, d in samples if d >= 0.1 * n and r > 0]
+    """MB of driver RSS per 1,000 configurations finished (least squares), past the first 10 % of the launch and
+    before its close (which reads the runs back for the phase diagram)."""
+    pts = [(d, r) for _, r, d in samples if 0.1 * n <= d < n and r > 0]
     if len(pts) < 3 or len({d for d, _ in pts}) < 2:
         return float("nan")
     mx = sum(d for d, _ in pts) / len(pts)

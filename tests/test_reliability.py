@@ -416,6 +416,18 @@ def test_load_10000_configurations_through_a_postgres_server(local_ray, tmp_path
         assert {(k, s) for k in series for s in schedule} <= stored  # other steps: crossings (engine.curves)
         assert all(c == runs for _, _, c, runs in per_step), "a point stored twice"
         assert all(c == n for _, s, c, _ in per_step if s in set(schedule)), "a scheduled point missing"
+        # Issue 41: the launch's runs table (what analyze and the atlas read) is exactly its runs, one by one
+        import pandas as pd
+
+        from analysis.load import load_runs, runs_to_frame
+        from grokray.tracking.schema import RUNS_SUMMARY_TAG, children_filter
+        from grokray.tracking.store import Store
+
+        store = Store(srv.url)
+        assert store.run(summary.parent_run_id).tags[RUNS_SUMMARY_TAG] == str(n)
+        one_by_one = runs_to_frame(store.runs([summary.experiment_id], children_filter(summary.parent_run_id)))
+        pd.testing.assert_frame_equal(load_runs(parent_run_id=summary.parent_run_id, tracking_uri=srv.url),
+                                      one_by_one, check_exact=True)
         points = n * len(schedule) * len(series)
         report("load_postgres", configurations=n, packs=summary.packs, wall_s=round(wall, 1),
                runs_per_s=round(n / wall, 1), points=points, points_per_s=round(points / wall),

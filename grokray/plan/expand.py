@@ -215,29 +215,28 @@ class Survey:
             out += [(f"pack-{len(out) + k:04d}", chunk) for k, chunk in enumerate(_deal(indices, size))]
         return out
 
+    def pack(self, pack_id: str, indices: list[int]) -> Pack:
+        """One pack, its configurations built again from their indices."""
+        points = [self.spec.point(i) for i in indices]
+        return Pack(pack_id, [Member(self.spec.trial(p), p) for p in points])
+
     def pack_dicts(self, packs: list[tuple[str, list[int]]]):
         """Each pack as the plain dict a trial receives, built one pack at a time (a generator): the launch writes
         it out and drops it before the next is built."""
         swept = swept_keys(self.spec)
         for pack_id, indices in packs:
-            points = [self.spec.point(i) for i in indices]
-            yield pack_to_dict(Pack(pack_id, [Member(self.spec.trial(p), p) for p in points]), swept,
-                               self.spec.log_axes)
+            yield pack_to_dict(self.pack(pack_id, indices), swept, self.spec.log_axes)
 
 
-def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = None,
-           survey: Survey | None = None) -> Plan:
+def expand(spec: Spec, slots: int | None = None, gpu_free_bytes: int | None = None) -> Plan:
     """Every configuration of the spec (validated), grouped by pack signature, chunked into packs, in memory:
     what --dry-run and the estimate read. (A launch streams the same packs from its Survey instead.)
     gpu_free_bytes: free memory of the GPUs the packs will run on, for `pack_size: auto` (None: see sizing)."""
     slots = slots if slots is not None else local_slots(spec)
     if spec.resources.device == "cuda" and gpu_free_bytes is None and spec.resources.pack_size == "auto":
         gpu_free_bytes = local_gpu_free_bytes()  # --dry-run on a GPU machine: this card's free memory
-    survey = survey or Survey.of(spec)
-    packs = []
-    for pack_id, indices in survey.packs(slots, gpu_free_bytes):
-        points = [spec.point(i) for i in indices]
-        packs.append(Pack(pack_id, [Member(spec.trial(p), p) for p in points]))
+    survey = Survey.of(spec)
+    packs = [survey.pack(pack_id, indices) for pack_id, indices in survey.packs(slots, gpu_free_bytes)]
     return Plan(spec=spec, packs=packs, swept=swept_keys(spec), gpu_free_bytes=gpu_free_bytes)
 
 

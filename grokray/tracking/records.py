@@ -37,10 +37,5 @@ def record_line(r: RunRecord) -> str:
     return json.dumps(asdict(r), separators=(",", ":")) + "\n"
 
 
-def records_to_bytes(records: list[RunRecord]) -> bytes:
-    """Records as gzipped JSON lines: the launch's runs table."""
-    return gzip.compress("".join(map(record_line, records)).encode(), compresslevel=6)
-
-
 def records_from_bytes(data: bytes) -> list[RunRecord]:
     return [RunRecord(**json.loads(line)) for line in gzip.decompress(data).decode().splitlines() if line]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from array import array
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -49,6 +51,17 @@ _TAG_COLUMNS = {
 }
 _CROSSING = re.compile(r"^step_(train|val)_acc_(.+)$")
 _NONE = {"None", "null", ""}
+# What a phase diagram reads besides the swept axes (narrow=True): the seed, the budget and threshold its subtitle
+# and undecodable cells need, and the summaries of the crossings.
+DIAGRAM_PARAMS = frozenset({"seed", "phases.threshold", "phases.budget", "train.steps"})
+DIAGRAM_METRICS = frozenset({"grokking_gap", "ideal_val_acc", "steps_run"})
+
+
+def _diagram_param(key: str, swept: list[str]) -> bool:
+    """Is this param one a phase diagram reads? A swept optim.default.<field> is logged per group."""
+    if key in DIAGRAM_PARAMS or key in swept:
+        return True
+    return key.startswith("optim.") and key.count(".") == 2 and f"optim.default.{key.rsplit('.', 1)[1]}" in swept
 
 
 def _uri(tracking_uri: str | None) -> str:
@@ -101,29 +114,39 @@ def _default_group_axes(df: pd.DataFrame, swept) -> list[str]:
     return added
 
 
-def runs_to_frame(runs: Iterable[RunRecord]) -> pd.DataFrame:
+def runs_to_frame(runs: Iterable[RunRecord], narrow: bool = False) -> pd.DataFrame:
     """One row per run (grokray.tracking.records.RunRecord).
+
+    narrow: only what a phase diagram reads (the swept axes, DIAGRAM_PARAMS, the phase and crossings, the model;
+    no run_id, name, status or start time), with repeated strings shared, so that a launch's close holds about
+    0.2 KB per run, not every param and metric.
 
     Columns: run_id, parent_run_id, run_name, the params by dotted key (swept axes first; numeric where possible),
     phase, step_train, step_val (crossing steps at the threshold; 0.9 when several), gap, steps_run, final/...,
     other summary metrics (e.g. step_val_acc_0.9 under its own name), model, task, trial_key, pack_id, status,
     start_time. df.attrs: swept, log_axes (unions of the tags), params (param columns).
     """
-    rows, params_seen, swept, log = [], {}, {}, {}
+    columns: dict[str, list] = {}  # built a column at a time: a row's dict lives only while its run is read
+    params_seen, swept, log = {}, {}, {}
+    shared = sys.intern if narrow else str
+    n = 0
     for r in runs:
-        tags, metrics = dict(r.tags), dict(r.metrics)
-        row = {"run_id": r.run_id, "run_name": r.name or tags.get("mlflow.runName"), "status": r.status,
-               "start_time": r.start_ms}
+        tags, metrics = r.tags, r.metrics
+        row = {} if narrow else {"run_id": r.run_id, "status": r.status, "start_time": r.start_ms,
+                                 "run_name": r.name or tags.get("mlflow.runName")}
         for tag, col in _TAG_COLUMNS.items():
-            row[col] = tags.get(tag)
+            if not narrow or col in ("parent_run_id", "phase", "model", "task"):
+                row[col] = None if tags.get(tag) is None else shared(tags[tag])
+        run_swept = _json_list(tags.get(SWEPT_TAG))
         for k, v in r.params.items():
-            params_seen.setdefault(k, None)
-            row[k] = v
-        swept.update(dict.fromkeys(_json_list(tags.get(SWEPT_TAG))))
+            if not narrow or _diagram_param(k, run_swept):
+                params_seen.setdefault(k, None)
+                row[k] = shared(v) if isinstance(v, str) else v
+        swept.update(dict.fromkeys(run_swept))
         log.update(dict.fromkeys(_json_list(tags.get(LOG_AXES_TAG))))
         crossings: dict[str, dict[str, float]] = {"train": {}, "val": {}}
         for k, v in metrics.items():
-            if k in SERIES:
+            if k in SERIES or (narrow and k not in DIAGRAM_METRICS and not _CROSSING.match(k)):
                 continue
             row[k] = v
             m = _CROSSING.match(k)
@@ -133,8 +156,18 @@ def runs_to_frame(runs: Iterable[RunRecord]) -> pd.DataFrame:
             thr = "0.9" if "0.9" in by_thr else (sorted(by_thr)[0] if by_thr else None)
             row[f"step_{side}"] = by_thr[thr] if thr else np.nan
         row["gap"] = metrics.get("grokking_gap", np.nan)
-        rows.append(row)
-    df = pd.DataFrame(rows)
+        for k, v in row.items():
+            col = columns.get(k)
+            if col is None:  # a key this run is the first to have; numbers 8 bytes each, not a float object
+                col = columns[k] = array("d", [np.nan]) * n if type(v) is float else [np.nan] * n
+            elif type(v) is not float and type(col) is array:
+                col = columns[k] = list(col)
+            col.append(v)
+        n += 1
+        for col in columns.values():
+            if len(col) < n:  # a key this run lacks
+                col.append(np.nan)
+    df = pd.DataFrame(columns)
     params = list(params_seen)
     if df.empty:
         df = pd.DataFrame(columns=["run_id", "parent_run_id", "run_name", "phase", "step_train", "step_val", "gap"])
@@ -167,24 +200,25 @@ def _experiment_id(store, experiment: str) -> str:
 
 
 def load_runs(experiment: str | None = None, parent_run_id: str | None = None, tracking_uri: str | None = None, *,
-              latest_parent: bool = False) -> pd.DataFrame:
+              latest_parent: bool = False, narrow: bool = False) -> pd.DataFrame:
     """Child runs (one per configuration) of an experiment or of one parent run, as a DataFrame (see runs_to_frame).
 
     experiment: spec name (or experiment id). All child runs of all its parent runs are returned, with a
     parent_run_id column; latest_parent=True keeps only the children of the most recently started parent.
     parent_run_id: one `grokray run`.
     tracking_uri: default MLFLOW_TRACKING_URI, else sqlite:///mlflow.db.
+    narrow: only the columns a phase diagram reads (runs_to_frame); one parent's runs are then streamed.
     """
     if (experiment is None) == (parent_run_id is None):
         raise ValueError("give exactly one of experiment= or parent_run_id=")
     store = open_store(tracking_uri)
     if parent_run_id is not None:
         parent = store.run(parent_run_id)
-        exp_id, runs = parent.experiment_id, store.children(parent)
+        exp_id, runs = parent.experiment_id, store.iter_children(parent)
     else:
         exp_id = _experiment_id(store, experiment)
         runs = _children_of_launches(store, exp_id, latest_parent)
-    df = runs_to_frame(runs)
+    df = runs_to_frame(runs, narrow=narrow)
     df.attrs.update(experiment_id=exp_id, tracking_uri=_uri(tracking_uri))
     return df
 

@@ -187,6 +187,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
     wall = time.time() - t0
     sampler.stop = True
     sampler.join()
+    (work / f"samples-{n}.json").write_text(json.dumps(sampler.samples))  # (s, driver RSS bytes, done)
     track_cpu = sum(cpu_s(p) for p in tracking_pids(server_pid)) - track_cpu0
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
@@ -223,6 +224,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
         "n": n, "wall_s": wall, "per_config_ms": 1e3 * wall / n, "tracking_core_s_per_config": track_cpu / n,
         "worker_mlflow_s_per_config": worker_mlflow_s / n, "train_s_per_config": train_s / n,
         "driver_peak_mb": max(r for _, r, _ in sampler.samples) / 2**20,
+        "driver_peak_before_close_mb": max((r for _, r, d in sampler.samples if d < n), default=0) / 2**20,
         "driver_mb_per_1000": rss_slope_per_1000(sampler.samples, n),
         "state_mb": state_bytes / 2**20, "state_save_s": save_s, "gcs_peak_mb": sampler.gcs_peak / 2**20,
         "rows": len(runs), "missing": n - len(set(keys)), "duplicated": len(keys) - len(set(keys)),

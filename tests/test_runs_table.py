@@ -91,3 +91,21 @@ def test_tunes_experiment_state_holds_each_pack_by_reference_not_its_members(lau
         Store(first.tracking_uri).run(first.parent_run_id))]
     assert len(keys) == 16 and not [k for k in keys if k in state]  # no member, nor its key, in Tune's state
     assert sum(k in "".join(p.read_text() for p in packs) for k in keys) == 16  # each is in its pack's file
+
+
+def test_the_closes_narrow_read_draws_the_same_diagram_as_every_column(launch, tmp_path):
+    """A launch's close reads only what its phase diagram needs (narrow=True): the same cells, counts and
+    figures' inputs as `grokray analyze` reading every param and metric."""
+    from analysis.pipeline import analyze
+
+    first, _ = launch
+    full = analyze(tmp_path / "full", parent_run_id=first.parent_run_id, tracking_uri=first.tracking_uri, log=False)
+    narrow = analyze(tmp_path / "narrow", parent_run_id=first.parent_run_id, tracking_uri=first.tracking_uri,
+                     log=False, narrow=True)
+    pd.testing.assert_frame_equal(narrow.grid.cells, full.grid.cells, check_exact=True)
+    pd.testing.assert_series_equal(narrow.counts, full.counts)
+    assert (tmp_path / "narrow" / "phase_table.txt").read_text() == (tmp_path / "full" / "phase_table.txt").read_text()
+    assert (narrow.grid.x, narrow.grid.y) == (full.grid.x, full.grid.y) == ("optim.decoder.lr",
+                                                                            "optim.decoder.weight_decay")
+    dropped = set(full.runs.columns) - set(narrow.runs.columns)
+    assert len(narrow.runs) == len(full.runs) == 16 and {"run_name", "trial_key", "final/train/acc"} <= dropped

@@ -67,7 +67,7 @@ def draw_diagram(uri: str, parent_run_id: str) -> str:
 
     with tempfile.TemporaryDirectory() as d:
         try:
-            analyze(d, parent_run_id=parent_run_id, tracking_uri=uri, log=True)
+            analyze(d, parent_run_id=parent_run_id, tracking_uri=uri, log=True, narrow=True)
         except ValueError as exc:  # one searched key, no finished configuration, ...
             return f"no phase diagram: {exc}"
     return f"phase diagram: artifacts `{ANALYSIS_DIR}/phase_diagram.png` (steps: `{ANALYSIS_DIR}/steps_heatmap.png`)"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -37,5 +39,14 @@ def record_line(r: RunRecord) -> str:
     return json.dumps(asdict(r), separators=(",", ":")) + "\n"
 
 
-def records_from_bytes(data: bytes) -> list[RunRecord]:
-    return [RunRecord(**json.loads(line)) for line in gzip.decompress(data).decode().splitlines() if line]
+def read_table(path: str | Path) -> Iterator[RunRecord]:
+    """A runs table's records, one at a time: a reader of a 10^5-run launch never holds the whole table."""
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            if line.strip():
+                yield RunRecord(**json.loads(line))
+
+
+def table_rows(path: str | Path) -> int:
+    """How many records a runs table holds; raises if any line is not one (a cut or corrupted upload)."""
+    return sum(1 for _ in read_table(path))

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from .client import find_parent, log_metrics, retry, search_all
-from .records import Point, RunRecord, records_from_bytes
+from .client import find_parent, log_metrics, retry, search_all, search_pages
+from .records import Point, RunRecord, read_table, table_rows
 from .schema import RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG, children_filter
 
 
@@ -56,20 +57,27 @@ class Store:
         return record(retry(self.client.get_run, run_id))
 
     def children(self, parent: RunRecord) -> list[RunRecord]:
-        """A launch's child runs: from its runs table when its close wrote one (one download, whatever the
-        launch's size), else page by page from the store."""
+        """A launch's child runs (iter_children, as a list)."""
+        return list(self.iter_children(parent))
+
+    def iter_children(self, parent: RunRecord) -> Iterator[RunRecord]:
+        """A launch's child runs, one at a time: from its runs table when its close wrote one (one download,
+        whatever the launch's size), else page by page from the store."""
         rows = parent.tags.get(RUNS_SUMMARY_TAG, "")
         if rows.isdigit():
             import tempfile
 
             with tempfile.TemporaryDirectory() as d:
                 try:
-                    table = records_from_bytes(self.download(parent.run_id, RUNS_SUMMARY_ARTIFACT, d).read_bytes())
+                    path = self.download(parent.run_id, RUNS_SUMMARY_ARTIFACT, d)
+                    whole = table_rows(path) == int(rows)
                 except Exception:  # noqa: BLE001 - a table that cannot be read: the runs themselves are the truth
-                    table = None
-            if table is not None and len(table) == int(rows):
-                return table
-        return self.runs([parent.experiment_id], children_filter(parent.run_id))
+                    whole = False
+                if whole:
+                    yield from read_table(path)
+                    return
+        for page in search_pages(self.client, parent.experiment_id, children_filter(parent.run_id)):
+            yield from map(record, page)
 
     def parent(self, experiment_name: str, spec_hash: str, kind: str | None = None) -> RunRecord | None:
         """The latest parent run of this exact configuration set (of one driver's kind, if given)."""

@@ -208,12 +208,15 @@ def _atlas(args) -> int:
     specs = args.specs or sorted(str(p) for p in Path("sweeps").glob("*.yaml"))
     if not specs:
         raise SpecError("SPEC", "no specs given and no sweeps/*.yaml here; name the spec files")
+    if args.from_data:  # no Ray, no MLflow: each page from its data file (and the -s its JSON recorded)
+        from .atlas.rerender import rerender_atlas
+        return 0 if rerender_atlas(specs, args.scale, args.output) else 1
     from .atlas.plan import plan_atlas
 
     figures = plan_atlas(specs, args.scale, tuple(args.set))  # all checked before Ray starts or MLflow is written
     for note in dict.fromkeys(n for f in figures for p in f.pieces for n in p.spec.notes):
         print(f"grokray: {note}", file=sys.stderr)
-    from .atlas.build import build_atlas
+    from .atlas.build import build_atlas, results_lines
     from .run.cluster import resolve_storage
     from .tracking.client import existing_store
     from .tracking.uri import resolve_tracking_uri
@@ -222,14 +225,7 @@ def _atlas(args) -> int:
     results = build_atlas(specs, args.scale, args.output, uri,
                           resolve_storage(args.storage), run=not args.pages_only, overrides=tuple(args.set),
                           progress=args.progress)
-    print(f"\n{'figure':<40} {'estimate':>9} {'measured':>9} {'ratio':>6}  page")
-    for r in results:
-        if r.page is None:
-            print(f"{r.figure.stem:<40} {'':>9} {'':>9} {'':>6}  {r.error}")
-            continue
-        print(f"{r.figure.stem:<40} {r.estimate_s / 60:>7.1f} m {r.measured_s / 60:>7.1f} m "
-              f"{r.measured_s / max(r.estimate_s, 1e-9):>6.2f}  {r.page}")
-    print(f"index: {Path(args.output) / 'README.md'}")
+    print("\n".join(["", *results_lines(results), f"index: {Path(args.output) / 'README.md'}"]))
     return 1 if any(r.page is None for r in results) else 0
 
 
@@ -348,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--storage", default=None, metavar="PATH",
                        help="Ray Tune results and search journals (default: ./grokray-results)")
     atlas.add_argument("--pages-only", action="store_true", help="write pages from what MLflow holds; run nothing")
+    atlas.add_argument("--from-data", action="store_true", help="redraw the pages in --output from their data files")
     _progress_flag(atlas)
     atlas.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                        help="dotted override for every piece of every figure, after the pieces' own (repeatable); "

@@ -95,6 +95,16 @@ def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracki
     return results
 
 
+def results_lines(results: list[FigureResult]) -> list[str]:
+    """The table `grokray atlas` prints: per figure, the estimate against the measured wall, and its page."""
+    lines = [f"{'figure':<40} {'estimate':>9} {'measured':>9} {'ratio':>6}  page"]
+    for r in results:
+        lines.append(f"{r.figure.stem:<40} {'':>9} {'':>9} {'':>6}  {r.error}" if r.page is None else
+                     f"{r.figure.stem:<40} {r.estimate_s / 60:>7.1f} m {r.measured_s / 60:>7.1f} m "
+                     f"{r.measured_s / max(r.estimate_s, 1e-9):>6.2f}  {r.page}")
+    return lines
+
+
 def write_compare_pages(results: list[FigureResult], out_dir, tracking_uri: str, log=print) -> None:
     """The figures that name one atlas.compare page, drawn side by side once all of them have theirs."""
     groups: dict[str, list[FigureResult]] = {}

@@ -1,7 +1,8 @@
 """One markdown page per atlas figure: what ran, how long it took against the estimate, the diagram, the counts,
 where seeds disagree, and the paper's expectation beside what was measured.
 
-The measured part is generated from MLflow; the discussion ("why it differs") is a person's reading and lives in
+The measured part is generated from MLflow (or redrawn from the page's data file and JSON: rerender.py); the
+discussion ("why it differs") is a person's reading and lives in
 `<out>/notes/<figure>.md`, included verbatim when present. A JSON summary beside each page feeds the index.
 """
 
@@ -17,7 +18,6 @@ import pandas as pd
 
 from analysis.diagram import phase_counts, phase_grid, pivot
 from analysis.labels import runs_subtitle
-from analysis.load import load_runs
 from analysis.pipeline import default_axes
 from analysis.plots_diagram import plot_phase_diagram
 
@@ -26,12 +26,15 @@ from ..plan.expand import short_names
 from ..tracking.history import share_and_mean
 from ..tracking.schema import SEARCH_OBJECTIVE_TAG
 from ..tracking.store import Store
+from .data import load_figure_runs, write_run_table
 from .fraction import fraction_section
 from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
 from .runner import PieceRecord
 
 INDEX = "README.md"
+RAN_HEADING = "## Runs and wall time"
+SEARCH_HEADING = "## Search"
 
 
 @dataclass
@@ -42,42 +45,6 @@ class PieceTiming:
     estimate_s: float
     upper_s: float
     measured_s: float
-
-    @property
-    def ratio(self) -> float:
-        return self.measured_s / self.estimate_s if self.estimate_s > 0 else float("nan")
-
-
-def load_figure_runs(records: list[PieceRecord], tracking_uri: str) -> pd.DataFrame:
-    """The child runs of every piece as one frame (the pieces' swept and log axes merged)."""
-
-    frames, swept, logs = [], [], set()
-    for r in records:
-        if not r.parent_run_id:
-            continue
-        df = load_runs(parent_run_id=r.parent_run_id, tracking_uri=tracking_uri)
-        df["piece"] = r.name
-        frames.append(df)
-        swept += [a for a in df.attrs.get("swept", []) if a not in swept]
-        logs |= set(df.attrs.get("log_axes", []))
-    if not frames:
-        return pd.DataFrame()
-    out = pd.concat(frames, ignore_index=True)
-    out.attrs.update(swept=swept, log_axes=sorted(logs), params=frames[0].attrs.get("params", []))
-    return out
-
-
-RUN_COLUMNS = ("phase", "step_train_acc_0.9", "step_val_acc_0.9", "grokking_gap", "step_rqi_0.95", "ideal_val_acc",
-               "steps_run", "final/train/acc", "final/val/acc")
-
-
-def write_run_table(df: pd.DataFrame, path: Path) -> None:
-    """One row per configuration (piece, swept axes, seed, phase, crossings, ideal accuracy): what the page was
-    drawn from, kept beside it so a reader can check a cell without the MLflow store."""
-    axes = [a for a in df.attrs.get("swept", []) if a in df and a != "seed"]
-    keys = ["piece", *axes, *(["seed"] if "seed" in df else [])]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    df[[*keys, *(c for c in RUN_COLUMNS if c in df)]].sort_values(keys).to_csv(path, index=False)
 
 
 def voters(grid) -> pd.Series:
@@ -147,26 +114,43 @@ def measured_budget_use(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     return {p: share_and_mean(u.dropna()) for p, u in used.groupby(df["piece"]) if u.notna().any()}
 
 
-def _timings_table(records: list[PieceRecord], timings: list[PieceTiming], measured_use: dict) -> str:
+def ran_data(records: list[PieceRecord], timings: list[PieceTiming]) -> list[dict]:
+    """What ran, per piece, as the page's JSON keeps it: the measurements its data file does not hold."""
+    return [{"name": t.name, "configurations": t.configurations, "packs": t.packs, "estimate_s": t.estimate_s,
+             "upper_s": t.upper_s, "measured_s": t.measured_s, "use": list(r.use) if r.use else None,
+             "segments": [list(seg) for seg in r.segments], "code_version": r.code_version}
+            for r, t in zip(records, timings, strict=True)]
+
+
+def _ran_section(ran: list[dict], df: pd.DataFrame, figure: Figure) -> list[str]:
     """The budget-use columns say why a piece missed its estimate: the estimate assumed what share of the members
     would train their whole budget and how much of it they would train on average (a prior, or what earlier
     runs measured); the next column is what happened."""
     def pair(use) -> str:
         return "-" if use is None else f"{use[0]:.0%} / {use[1]:.0%}"
 
+    measured_use = measured_budget_use(df)
+    estimate, measured = sum(p["estimate_s"] for p in ran), sum(p["measured_s"] for p in ran)
     rows = []
-    for rec, t in zip(records, timings, strict=True):
-        when = "; ".join(f"{utc(s)} ({minutes(w)})" for s, w in rec.segments) or "-"
-        rows.append({"piece": t.name, "configurations": t.configurations, "packs": t.packs,
-                     "estimate": minutes(t.estimate_s), "upper bound": minutes(t.upper_s),
-                     "measured": minutes(t.measured_s), "measured / estimate": f"{t.ratio:.2f}",
-                     "budget use, assumed": pair(rec.use or (LONG_SHARE, LONG_SHARE)),
-                     "budget use, measured": pair(measured_use.get(t.name)),
+    for p in ran:
+        ratio = p["measured_s"] / p["estimate_s"] if p["estimate_s"] > 0 else float("nan")
+        when = "; ".join(f"{utc(s)} ({minutes(w)})" for s, w in p["segments"]) or "-"
+        rows.append({"piece": p["name"], "configurations": p["configurations"], "packs": p["packs"],
+                     "estimate": minutes(p["estimate_s"]), "upper bound": minutes(p["upper_s"]),
+                     "measured": minutes(p["measured_s"]), "measured / estimate": f"{ratio:.2f}",
+                     "budget use, assumed": pair(p["use"] or (LONG_SHARE, LONG_SHARE)),
+                     "budget use, measured": pair(measured_use.get(p["name"])),
                      "ran (UTC, wall)": when})
-    bases = [f"{r.name}: {r.use[2]}" for r in records if r.use and r.use[2]]
-    return (md_table(pd.DataFrame(rows)) + "\n\nBudget use: the share of members that train their whole budget / "
+    bases = [f"{p['name']}: {p['use'][2]}" for p in ran if p["use"] and p["use"][2]]
+    return [f"{len(df)} configurations in {len(ran)} piece(s); wall time **{minutes(measured)} measured** "
+            f"against **{minutes(estimate)} estimated** by the dry-run (measured / estimate = "
+            f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
+            f"{', '.join(sorted({p['code_version'] for p in ran if p['code_version']})) or '-'}.", "",
+            md_table(pd.DataFrame(rows)) + "\n\nBudget use: the share of members that train their whole budget / "
             "the mean share of the budget trained. The estimate's figures: "
-            + ("; ".join(bases) if bases else f"assumed ({LONG_SHARE:.0%} / {LONG_SHARE:.0%})") + ".")
+            + ("; ".join(bases) if bases else f"assumed ({LONG_SHARE:.0%} / {LONG_SHARE:.0%})") + ".", "",
+            f"Every run, one row each (axes, seed, phase, crossing steps, ideal accuracy): "
+            f"[data/{figure.stem}.csv](data/{figure.stem}.csv).", ""]
 
 
 def _commands(figure: Figure) -> list[str]:
@@ -227,24 +211,31 @@ def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[l
     return lines, summary
 
 
-def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame, img_dir: Path,
-                    tracking_uri: str) -> tuple[list[str], dict]:
-
+def search_data(figure: Figure, records: list[PieceRecord], img_dir: Path, tracking_uri: str) -> dict:
+    """The study's report from its parent run: the objective, the best trial(s), and its figures (copied to
+    img/). The page's JSON keeps it, as the data file does not hold it."""
     store = Store(tracking_uri)
     run_id = records[0].parent_run_id
-    lines, summary = [], {}
+    images = []
     with tempfile.TemporaryDirectory() as d:
         local = store.download(run_id, "search", d)
         best = json.loads((local / "best.json").read_text()) if (local / "best.json").exists() else []
         for png in sorted(local.glob("*.png")):
             target = img_dir / f"{figure.stem}-{png.stem}.png"
             shutil.copyfile(png, target)
-            lines += [f"![{png.stem}](img/{target.name})", ""]
-    objective = store.run(run_id).tags.get(SEARCH_OBJECTIVE_TAG, "")
+            images.append([png.stem, target.name])
+    return {"objective": store.run(run_id).tags.get(SEARCH_OBJECTIVE_TAG, ""), "best": best, "images": images}
+
+
+def _search_section(figure: Figure, search: dict, df: pd.DataFrame) -> tuple[list[str], dict]:
+    lines, summary = [], {}
+    for stem, name in search["images"]:
+        lines += [f"![{stem}](img/{name})", ""]
     seeds = figure.pieces[0].spec.seeds
     counted = (f"; each at seeds {', '.join(map(str, seeds))}, scored by what a majority of its voting seeds "
                "reached" if len(seeds) > 1 else "")
-    lines += [f"Objective: `{objective}` (minimised). Trials: {len(df) // len(seeds)}{counted}.", ""]
+    lines += [f"Objective: `{search['objective']}` (minimised). Trials: {len(df) // len(seeds)}{counted}.", ""]
+    best = search["best"]
     if best:
         rows = [{"trial": b["number"], "values": ", ".join(f"{v:g}" for v in b["values"]), "phase": b["phase"],
                  **({"seeds": b["seed_phases"]} if "seed_phases" in b else {}),
@@ -256,7 +247,9 @@ def _search_section(figure: Figure, records: list[PieceRecord], df: pd.DataFrame
 
 def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTiming], out_dir: str | Path,
                tracking_uri: str, notes_dir: str | Path | None = None) -> Path:
-    """Write <out>/<spec>-<scale>.md (+ img/<...>.png and <...>.json); returns the page's path."""
+    """Write <out>/<spec>-<scale>.md (+ img/<...>.png, data/<...>.csv and <...>.json) from the tracking store;
+    returns the page's path. The JSON keeps what the data file does not (what ran, the search's report), so the
+    page re-renders from the two alone (rerender.py)."""
 
     out = Path(out_dir)
     img_dir = out / "img"
@@ -264,28 +257,35 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     df = load_figure_runs(records, tracking_uri)
     if df.empty or df["phase"].notna().sum() == 0:
         raise ValueError(f"{figure.stem}: no finished configurations in MLflow; run the atlas first")
-    estimate = sum(t.estimate_s for t in timings)
-    measured = sum(t.measured_s for t in timings)
+    ran = ran_data(records, timings)
+    search = search_data(figure, records, img_dir, tracking_uri) if figure.pieces[0].search else None
+    page, summary = render_page(figure, df, out, notes_dir, ran=ran, search=search)
+    write_run_table(df, out / "data" / f"{figure.stem}.csv")
+    write_summary(figure, df, out, summary, ran, search)
+    return page
+
+
+def render_page(figure: Figure, df: pd.DataFrame, out: Path, notes_dir: str | Path | None, *,
+                ran: list[dict] | None, search: dict | None, kept: dict[str, list[str]] | None = None
+                ) -> tuple[Path, dict]:
+    """Write the page from its runs (`df`), what ran, and a search's report. A section whose data is not given
+    (a page written before its JSON kept it) is taken from `kept`: {heading: its lines}."""
+    img_dir = out / "img"
+    img_dir.mkdir(parents=True, exist_ok=True)
     counts = phase_counts(df)
     lines = [f"# {figure.title}", "",
              f"Spec `{figure.path.as_posix()}`, scale **{figure.scale}**; MLflow experiment `{figure.name}`.", "",
              "```bash", *_commands(figure), "```", "",
              "## What the paper shows", "", f"> {figure.expected or '(the spec header states no expectation)'}", "",
-             "## Runs and wall time", "",
-             f"{len(df)} configurations in {len(records)} piece(s); wall time **{minutes(measured)} measured** "
-             f"against **{minutes(estimate)} estimated** by the dry-run (measured / estimate = "
-             f"{measured / estimate if estimate else float('nan'):.2f}). Code: "
-             f"{', '.join(sorted({r.code_version for r in records if r.code_version})) or '-'}.", "",
-             _timings_table(records, timings, measured_budget_use(df)), "",
-             f"Every run, one row each (axes, seed, phase, crossing steps, ideal accuracy): "
-             f"[data/{figure.stem}.csv](data/{figure.stem}.csv).", "",
+             "## Runs and wall time", "", *(_ran_section(ran, df, figure) if ran is not None
+                                            else kept[RAN_HEADING]),
              "## Phase counts", "", md_table(_counts_table(counts, len(df))), ""]
     if figure.pieces[0].search:
-        body, summary = _search_section(figure, records, df, img_dir, tracking_uri)
+        body, summary = _search_section(figure, search, df) if search is not None else (kept[SEARCH_HEADING], {})
         k = len(figure.pieces[0].spec.seeds)
         lines[lines.index("## Phase counts")] = ("## Phase counts (all trials)" if k == 1 else
                                                  f"## Phase counts (all runs: {len(df) // k} trials x {k} seeds)")
-        lines += ["## Search", "", *body]
+        lines += [SEARCH_HEADING, "", *body]
     elif figure.config.view == "fraction":
         body, summary = fraction_section(figure, df, img_dir)
         lines += ["## Generalization against data fraction", "", *body]
@@ -295,13 +295,23 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     lines += _discussion(figure, out, notes_dir)
     page = out / f"{figure.stem}.md"
     page.write_text("\n".join(lines).rstrip() + "\n")
-    write_run_table(df, out / "data" / f"{figure.stem}.csv")
+    return page, summary
+
+
+def write_summary(figure: Figure, df: pd.DataFrame, out: Path, summary: dict, ran: list[dict] | None,
+                  search: dict | None, kept: dict | None = None) -> None:
+    """<out>/<stem>.json: what the index shows, the pieces' spec hashes, and what the page re-renders from."""
+    kept = kept or {}
+    estimate = sum(p["estimate_s"] for p in ran) if ran is not None else kept["estimate_s"]
+    measured = sum(p["measured_s"] for p in ran) if ran is not None else kept["measured_s"]
     (out / f"{figure.stem}.json").write_text(json.dumps({
         "figure": figure.stem, "spec": figure.path.as_posix(), "scale": figure.scale, "title": figure.title,
         "configurations": int(len(df)), "estimate_s": round(estimate, 1), "measured_s": round(measured, 1),
-        "counts": {p: int(n) for p, n in counts.items() if n},
-        "pieces": {pc.name: pc.spec.hash() for pc in figure.pieces}, **summary}, indent=1) + "\n")
-    return page
+        "counts": {p: int(n) for p, n in phase_counts(df).items() if n},
+        "pieces": {pc.name: pc.spec.hash() for pc in figure.pieces}, **({"set": list(figure.overrides)}
+                                                                         if figure.overrides else {}), **summary,
+        **({"ran": ran} if ran is not None else {}), **({"search": search} if search is not None else {})},
+        indent=1) + "\n")
 
 
 def _discussion(figure: Figure, out: Path, notes_dir: str | Path | None) -> list[str]:

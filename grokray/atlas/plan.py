@@ -36,6 +36,7 @@ class Figure:
     pieces: list[PieceRun]
     title: str  # the header's first sentence
     expected: str  # the header's "Expected..." paragraph
+    overrides: tuple[str, ...] = ()  # the command's -s, given to every piece
 
     @property
     def stem(self) -> str:
@@ -132,7 +133,7 @@ def plan_figure(path: str | Path, scale: str, overrides: tuple[str, ...] = ()) -
             if config.axes and axis not in config.axes:
                 raise SpecError("atlas.regions", f"{axis!r} is not one of atlas.axes {list(config.axes)}")
     lines = header_lines(path)
-    return Figure(path, scale, config, pieces, title_text(lines) or path.stem, expected_text(lines))
+    return Figure(path, scale, config, pieces, title_text(lines) or path.stem, expected_text(lines), tuple(overrides))
 
 
 def plan_atlas(paths: list[str | Path], scale: str, overrides: tuple[str, ...] = ()) -> list[Figure]:

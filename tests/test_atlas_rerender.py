@@ -1,0 +1,52 @@
+"""The committed atlas pages redraw byte-identical from their data files (issue 40): `grokray atlas --from-data`
+reads each page's data/<stem>.csv back as runs, through the same analysis as runs read from MLflow, with no store
+and no run. A change in the analysis that would change a committed page fails here, naming the page."""
+
+import difflib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grokray.atlas.data import read_run_table
+from grokray.atlas.plan import plan_figure
+from grokray.atlas.rerender import kept_sections, rerender_atlas
+
+ROOT = Path(__file__).resolve().parents[1]
+ATLAS = ROOT / "docs" / "atlas"
+
+
+def test_a_data_file_reads_back_as_the_runs_the_page_counts():
+    figure = plan_figure(ROOT / "sweeps" / "quickstart.yaml", "reduced")
+    df = read_run_table(ATLAS / "data" / "quickstart-reduced.csv", figure)
+    assert len(df) == 80 and df.attrs["swept"] == ["optim.decoder.lr", "optim.decoder.weight_decay", "seed"]
+    assert df["optim.decoder.lr"].dtype == float and df["seed"].dtype == "int64"
+    assert df["task.p"].eq(10).all() and df["phases.threshold"].eq(0.9).all()  # the spec's fixed fields
+    assert df["phase"].value_counts().to_dict() == {"memorization": 37, "confusion": 25, "comprehension": 13,
+                                                    "grokking": 5}
+
+
+def test_a_page_keeps_what_its_data_file_does_not_hold():
+    text = (ATLAS / "grokfast_adamw-reduced.md").read_text()
+    kept = kept_sections(text)
+    assert kept["## Runs and wall time"][0].startswith("48 configurations in 1 piece(s)")
+    assert any(line.startswith("Objective: `") for line in kept["## Search"])
+    assert not any(line.startswith("## ") for lines in kept.values() for line in lines)
+
+
+@pytest.mark.library
+def test_every_committed_page_redraws_byte_identical_from_its_data(tmp_path, monkeypatch):
+    shutil.copytree(ATLAS, tmp_path / "docs" / "atlas")
+    shutil.copytree(ROOT / "sweeps", tmp_path / "sweeps")
+    monkeypatch.chdir(tmp_path)  # the pages name their spec and notes by relative paths
+    specs = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "sweeps").glob("*.yaml"))
+    pages = [p for scale in ("reduced", "paper") for p in rerender_atlas(specs, scale, "docs/atlas", log=lambda _: 0)]
+    committed = {p.name for p in ATLAS.glob("*.md")} - {"README.md"}
+    methods = {name for name in committed if name.startswith("grokfast-methods")}  # its curves are not data
+    assert {p.name for p in pages} == committed - methods and len(pages) >= 30
+    changed = []
+    for name in [*(p.name for p in pages), *(p.with_suffix(".json").name for p in pages), "README.md"]:
+        before, after = (ATLAS / name).read_text(), (tmp_path / "docs" / "atlas" / name).read_text()
+        if before != after:
+            changed.append("".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), name, name)))
+    assert not changed, "\n".join(changed)[:4000]

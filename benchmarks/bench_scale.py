@@ -112,6 +112,7 @@ class Sampler(threading.Thread):
         self.samples: list[tuple[float, int, int]] = []  # (t, driver rss, configurations done)
         self.gcs_peak = 0
         self.stop = False
+        self.keep: Path | None = None  # where the samples are written as they come
 
     def done(self) -> int:
         try:
@@ -141,6 +142,8 @@ class Sampler(threading.Thread):
             if driver == self.pid:
                 driver = self.driver()
             self.samples.append((time.time() - t0, rss(driver), self.done()))
+            if self.keep is not None and len(self.samples) % 30 == 0:  # a run stopped midway keeps its samples
+                self.keep.write_text(json.dumps(self.samples))
             for pid in processes(lambda c: "gcs_server" in c):
                 self.gcs_peak = max(self.gcs_peak, rss(pid))
             time.sleep(1.0)
@@ -182,6 +185,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     sampler = Sampler(proc.pid, log, n)
+    sampler.keep = work / f"samples-{n}.json"
     sampler.start()
     _, status, _ = os.wait4(proc.pid, 0)
     wall = time.time() - t0

@@ -186,12 +186,17 @@ def get_or_create_experiment(client: MlflowClient, name: str) -> str:
         return exp.experiment_id
 
 
-def search_pages(client: MlflowClient, experiment_id: str | list[str], filter_string: str = "", attempts: int = 6):
-    """The runs matching the filter, one page (up to 1,000) at a time: a reader of 10^5 runs holds one page."""
+STREAM_PAGE = 200  # runs per page where a reader streams: a page of 1,000 runs is ~30 MB in passing, and a
+# driver paging through 10^4 of them grew 2 MB per 1,000 runs; pages of 200 held it flat (benchmarks/README.md)
+
+
+def search_pages(client: MlflowClient, experiment_id: str | list[str], filter_string: str = "", attempts: int = 6,
+                 size: int = 1000):
+    """The runs matching the filter, one page (up to `size`) at a time: a reader of 10^5 runs holds one page."""
     ids = [experiment_id] if isinstance(experiment_id, str) else list(experiment_id)
     token = None
     while True:
-        page = retry(client.search_runs, ids, filter_string=filter_string, max_results=1000, page_token=token,
+        page = retry(client.search_runs, ids, filter_string=filter_string, max_results=size, page_token=token,
                      attempts=attempts)
         yield list(page)
         token = page.token

@@ -17,6 +17,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from .client import (
+    STREAM_PAGE,
     clean,
     code_version,
     find_parent,
@@ -242,7 +243,8 @@ class ParentRun:
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / Path(RUNS_SUMMARY_ARTIFACT).name
             with gzip.open(path, "wt", compresslevel=6) as out:
-                for page in search_pages(self.client, self.experiment_id, children_filter(self.run_id)):
+                for page in search_pages(self.client, self.experiment_id, children_filter(self.run_id),
+                                         size=STREAM_PAGE):
                     for run in page:
                         rec = record(run)
                         if run.info.status == "RUNNING":

@@ -13,7 +13,7 @@ from pathlib import Path
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from .client import find_parent, log_metrics, retry, search_all, search_pages
+from .client import STREAM_PAGE, find_parent, log_metrics, retry, search_all, search_pages
 from .records import Point, RunRecord, read_table, table_rows
 from .schema import RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG, children_filter
 
@@ -76,7 +76,7 @@ class Store:
                 if whole:
                     yield from read_table(path)
                     return
-        for page in search_pages(self.client, parent.experiment_id, children_filter(parent.run_id)):
+        for page in search_pages(self.client, parent.experiment_id, children_filter(parent.run_id), size=STREAM_PAGE):
             yield from map(record, page)
 
     def parent(self, experiment_name: str, spec_hash: str, kind: str | None = None) -> RunRecord | None:

@@ -308,8 +308,7 @@ def write_summary(figure: Figure, df: pd.DataFrame, out: Path, summary: dict, ra
         "figure": figure.stem, "spec": figure.path.as_posix(), "scale": figure.scale, "title": figure.title,
         "configurations": int(len(df)), "estimate_s": round(estimate, 1), "measured_s": round(measured, 1),
         "counts": {p: int(n) for p, n in phase_counts(df).items() if n},
-        "pieces": {pc.name: pc.spec.hash() for pc in figure.pieces}, **({"set": list(figure.overrides)}
-                                                                         if figure.overrides else {}), **summary,
+        "pieces": figure.piece_hashes, **({"set": list(figure.overrides)} if figure.overrides else {}), **summary,
         **({"ran": ran} if ran is not None else {}), **({"search": search} if search is not None else {})},
         indent=1) + "\n")
 
@@ -344,7 +343,7 @@ def page_is_current(figure: Figure, out_dir: str | Path) -> dict | None:
     if not path.exists():
         return None
     summary = json.loads(path.read_text())
-    return summary if summary.get("pieces") == {pc.name: pc.spec.hash() for pc in figure.pieces} else None
+    return summary if summary.get("pieces") == figure.piece_hashes else None
 
 
 def write_index(out_dir: str | Path) -> Path:

@@ -46,6 +46,11 @@ class Figure:
     def name(self) -> str:
         return self.pieces[0].spec.name
 
+    @property
+    def piece_hashes(self) -> dict[str, str]:
+        """Each piece's spec hash: what a page records, so a page of other pieces is never taken for this one."""
+        return {p.name: p.spec.hash() for p in self.pieces}
+
 
 def header_lines(path: Path) -> list[str]:
     lines = []

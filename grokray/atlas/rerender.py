@@ -39,7 +39,7 @@ def rerender_page(path: str | Path, scale: str, out_dir: str | Path, notes_dir: 
         raise FileNotFoundError(f"{stem}: no page in {out} to redraw (run `grokray atlas` first)")
     summary = json.loads(summary_path.read_text())
     figure = plan_figure(path, scale, tuple(summary.get("set", ())))
-    if summary.get("pieces") != {p.name: p.spec.hash() for p in figure.pieces}:
+    if summary.get("pieces") != figure.piece_hashes:
         raise ValueError(f"{stem}: the page was drawn from other pieces than {Path(path).as_posix()} makes now (the "
                          "spec changed since); run the figure again with `grokray atlas`")
     df = read_run_table(out / "data" / f"{stem}.csv", figure)

@@ -32,44 +32,11 @@ if [ "$DEVICE" = cuda ]; then
 else  # the quickstart at seed 1 alone (20 configurations, ~1 min on 2 cores), so the comparison has runs to match
   SCALE_6B=smoke GPU=0 QS_SEEDS="seeds=[1]"
 fi
-SUMMARY=$W/session.txt
-say() { echo "$*" | tee -a "$SUMMARY"; }
-left() { echo $((DEADLINE - SECONDS)); }
-step() {  # step NAME SECONDS COMMAND...: run it under min(SECONDS, time left), keep its log, say how it ended
-  local name=$1 limit=$2; shift 2
-  local cap; cap=$(left)
-  [ "$cap" -lt "$limit" ] && limit=$cap
-  if [ "$limit" -lt 10 ]; then say "=== $name: skipped, ${limit}s left"; return 99; fi
-  echo "=== $name (limit ${limit}s): $*"
-  local t0=$SECONDS
-  timeout -k 10 "$limit" "$@" 2>&1 | tee "$W/logs/$name.log"
-  local rc=${PIPESTATUS[0]}
-  say "=== $name: exit $rc after $((SECONDS - t0)) s"
-  return "$rc"
-}
-finish() {
-  say "=== total: $SECONDS s"
-  # MLflow stores go back gzipped when they fit; the pages, data CSVs and logs always do
-  for db in "$W"/*.db; do [ -f "$db" ] && gzip -9 "$db"; done
-  tar czf "$OUT/session.tgz" -C "$W" . 2>/dev/null
-  if [ "$(stat -c %s "$OUT/session.tgz")" -gt $((15 * 2**20)) ]; then
-    tar czf "$OUT/session.tgz" -C "$W" --exclude='*.db.gz' . 2>/dev/null
-    say "session.tgz: the MLflow stores left out (over 15 MiB)"
-  fi
-  cp "$SUMMARY" "$OUT/session.txt"
-}
+source benchmarks/gpu_lib.sh
 trap finish EXIT
 
 say "# gpu_session $(date -u +%FT%TZ) on $DEVICE, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-step install 60 bash -c "$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && echo installed \$(ls .whl/*.whl | wc -l) wheels"
-export PYTHONPATH=/tmp/site:$REPO:$REPO/tests
-step device 30 bash -c "(command -v nvidia-smi >/dev/null && nvidia-smi) || echo 'no nvidia-smi'; $PY -c '
-import torch, ray, mlflow, optuna, grokray
-print(\"torch\", torch.__version__, \"cuda\", torch.cuda.is_available(),
-      torch.cuda.get_device_name() if torch.cuda.is_available() else \"\")
-print(\"ray\", ray.__version__, \"mlflow\", mlflow.__version__, \"optuna\", optuna.__version__)'"
-grep -E "^(torch|ray) " "$W/logs/device.log" >> "$SUMMARY"
+install_bundle
 
 if [ "$DEVICE" = cuda ]; then
   step pytest-gpu 100 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
@@ -80,14 +47,6 @@ else
 fi
 grep -E "^\|" "$W/logs/bench-pack.log" >> "$SUMMARY"
 
-sample_gpu() {  # utilisation and memory once a second, into $1, until killed
-  command -v nvidia-smi >/dev/null || return 0
-  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 > "$1" 2>/dev/null
-}
-gpu_figures() {  # mean/max utilisation and peak memory of a sample file
-  [ -s "$1" ] || { echo "no GPU samples"; return; }
-  awk -F', ' '{u+=$1; n++; if ($1>um) um=$1; if ($2>mm) mm=$2} END {printf "GPU utilisation mean %.0f%% (max %d%%, %d samples at 1 s), memory used max %d MiB\n", u/n, um, n, mm}' "$1"
-}
 atlas() {  # atlas NAME SECONDS SPEC SCALE [ -s ... ]: one figure through grokray atlas, its own store and pages
   local name=$1 limit=$2 spec=$3 scale=$4; shift 4
   sample_gpu "$W/logs/$name-gpu.csv" & local sampler=$!

@@ -15,12 +15,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
+from .run.signals import STOP_BEAT_ENV
+
 SUPERVISED_ENV = "GROKRAY_SUPERVISED"  # set in the driver the supervisor started
 SUPERVISE_ENV = "GROKRAY_SUPERVISE"  # "0": run the driver in this process
-STOP_WAIT_ENV = "GROKRAY_STOP_WAIT_S"  # how long a stop may take before the driver's session is killed
+STOP_WAIT_ENV = "GROKRAY_STOP_WAIT_S"  # how long a stop may go without progress before the session is killed
 DEFAULT_STOP_WAIT_S = 45.0
 LAUNCH_COMMANDS = ("run", "search", "atlas")
 
@@ -37,14 +40,18 @@ def wanted(args) -> bool:
     return not (ray is not None and ray.is_initialized())
 
 
-def supervise(argv: list[str]) -> int:
-    """Run `grokray argv` as the driver in a new session; pass stop signals on; clean its session up after."""
-    driver = subprocess.Popen([sys.executable, "-m", "grokray", *argv], env={**os.environ, SUPERVISED_ENV: "1"},
-                              start_new_session=True)
+def supervise(argv: list[str], command: list[str] | None = None) -> int:
+    """Run `grokray argv` as the driver in a new session; pass stop signals on; clean its session up after.
+    After a stop signal the driver is killed once it has gone GROKRAY_STOP_WAIT_S without a beat (its close
+    touches a file per page of runs: run.signals.stop_beat), not after a fixed time from the signal."""
+    fd, beat = tempfile.mkstemp(prefix="grokray-stop-beat-")
+    os.close(fd)
+    driver = subprocess.Popen([*(command or [sys.executable, "-m", "grokray"]), *argv],
+                              env={**os.environ, SUPERVISED_ENV: "1", STOP_BEAT_ENV: beat}, start_new_session=True)
     stopping: list[float] = []
 
     def pass_on(signum, frame):
-        stopping.append(time.monotonic())
+        stopping.append(time.time())
         try:  # a hang-up (the terminal closed) stops the launch as SIGTERM does, cleanly
             os.kill(driver.pid, signal.SIGTERM if signum == signal.SIGHUP else signum)
         except ProcessLookupError:
@@ -53,19 +60,29 @@ def supervise(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, pass_on)
     stop_wait = float(os.environ.get(STOP_WAIT_ENV, DEFAULT_STOP_WAIT_S))
-    while True:
-        try:
-            code = driver.wait(timeout=0.5)
-            break
-        except subprocess.TimeoutExpired:
-            if stopping and time.monotonic() - stopping[0] > stop_wait:
-                print(f"grokray: the launch did not stop within {stop_wait:g} s ({STOP_WAIT_ENV}); killed. "
-                      "`--resume` or `grokray replay` closes what it left RUNNING", file=sys.stderr)
-                _kill_session(driver.pid)
-                code = driver.wait()
+    try:
+        while True:
+            try:
+                code = driver.wait(timeout=0.5)
                 break
+            except subprocess.TimeoutExpired:
+                if stopping and time.time() - max(stopping[0], _last_beat(beat)) > stop_wait:
+                    print(f"grokray: the launch made no progress in stopping for {stop_wait:g} s ({STOP_WAIT_ENV});"
+                          " killed. `--resume` or `grokray replay` closes what it left RUNNING", file=sys.stderr)
+                    _kill_session(driver.pid)
+                    code = driver.wait()
+                    break
+    finally:
+        os.unlink(beat)
     _kill_session(driver.pid)  # Ray's agents and any worker the driver's shutdown missed
     return code if code >= 0 else 128 - code
+
+
+def _last_beat(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def process_table() -> dict[int, tuple[str, int, int, int]]:

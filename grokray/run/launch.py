@@ -45,6 +45,7 @@ from .options import LaunchOptions, LaunchSummary, launch_status
 from .pack_files import store_packs
 from .progress import ProgressLine
 from .report import report_on_parent
+from .signals import stop_beat
 from .trainable import train_pack
 from .warm import driver_imports_in_background
 
@@ -271,7 +272,10 @@ class Launch:
                 fallback[phase] = fallback.get(phase, 0) + int(n)
         if self.delivery is not None:
             self.delivery.stop()
-        closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics)
+        stop_beat()
+        closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics,
+                                   on_page=stop_beat)
+        stop_beat()
         self.closed = True
         self.timings["finish"] = time.time() - t0
         if not closed.undelivered and self.parent.run_id:  # the server holds every run: the figure can be drawn

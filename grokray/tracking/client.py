@@ -28,6 +28,10 @@ SECRET = re.compile(r"token|password|passwd|secret|credential|key", re.IGNORECAS
 NOT_SECRET = frozenset({TRIAL_KEY_TAG})
 TRANSIENT_MARKERS = ("connection", "max retries", "timed out", "timeout", "temporarily", "locked", "refused",
                      "unavailable", "bad gateway", "reset by peer", "remote end closed")
+# Against an `mlflow server`, each run MLflow ends prints two "View run ... at" lines and first GETs the run to
+# name it: one request and two lines per configuration, 2*10^5 lines for a lab's sweep. The runs page links the
+# launch instead (`grokray ui`). A user who wants the lines sets the variable to false.
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 

@@ -228,11 +228,11 @@ class ParentRun:
                 ended += 1
         return ended
 
-    def _end_and_count_children(self, table: bool) -> dict[str, int]:
+    def _end_and_count_children(self, table: bool, on_page=None) -> dict[str, int]:
         """One pass over the children, a page at a time (a launch of 10^5 runs holds one page): a child still
         RUNNING ends here (FINISHED if it has its phase: a kill came between its tag and its end), its phase is
         counted, and with `table` (every child complete in the store) it joins the launch's runs table, which
-        goes up with the tag that says it is complete."""
+        goes up with the tag that says it is complete. `on_page()` is called after each page (a stop's beat)."""
         import gzip
         import tempfile
 
@@ -255,6 +255,8 @@ class ParentRun:
                     for phase, n in phase_counts(page).items():
                         counts[phase] = counts.get(phase, 0) + n
                     rows += len(page)
+                    if on_page is not None:
+                        on_page()
             if table:
                 retry(self.client.log_artifact, self.run_id, str(path), str(Path(RUNS_SUMMARY_ARTIFACT).parent))
                 retry(self.client.set_tag, self.run_id, RUNS_SUMMARY_TAG, str(rows))
@@ -276,7 +278,8 @@ class ParentRun:
         self._send(Batch(self.run_id, texts={path: text}))
 
     def close(self, status: str, wait_s: float, fallback_counts: dict[str, int] | None = None,
-              configurations: int | None = None, metrics: dict[str, float] | None = None) -> Closed:
+              configurations: int | None = None, metrics: dict[str, float] | None = None,
+              on_page=None) -> Closed:
         """Deliver the spool (the parent's own batches first), then phase counts (from the children's tags),
         `configurations`, `metrics` and the status. With the server still away, the counts come from
         `fallback_counts` (what Tune reported) and the closing batch is spooled for `grokray replay`."""
@@ -286,7 +289,7 @@ class ParentRun:
         self._learn_id()
         counts: dict[str, int] | None = None
         try:
-            counts = self._end_and_count_children(table=not any(pending_points(self.spool_dir)))
+            counts = self._end_and_count_children(table=not any(pending_points(self.spool_dir)), on_page=on_page)
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
                 raise

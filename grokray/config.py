@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import types
@@ -147,14 +148,20 @@ def _check_bounds(x, path: str, meta: dict):
             raise SpecError(path, f"got {x!r}; must be {rule}")
 
 
+@functools.cache
+def fields_and_hints(cls) -> tuple[dict, dict]:
+    """A dataclass's init fields and resolved annotations, once per class: `typing.get_type_hints` compiles every
+    string annotation again on each call, and planning parses each configuration (10^5 took minutes)."""
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}, typing.get_type_hints(cls)
+
+
 def parse_dataclass(cls, data, path: str = ""):
     """Build `cls` from a dict: unknown keys, types and bounds are checked; `validate(path)` runs last."""
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields, hints = fields_and_hints(cls)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(path or "spec", f"expected a mapping with keys {', '.join(fields)}, got {data!r}")
-    hints = typing.get_type_hints(cls)
     kwargs, mistakes = {}, Mistakes()
     for key, value in data.items():
         with mistakes.check():  # every bad key of the block, not only the first

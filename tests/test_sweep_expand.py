@@ -143,3 +143,22 @@ def test_tune_stores_a_pack_as_its_base_and_each_members_diff_and_the_worker_get
         assert {tuple(path) for m in wire["members"][1:] for path, _ in m["diff"]} <= {
             ("seed",), ("optim", "decoder", "lr"), ("optim", "decoder", "weight_decay")}
     assert full_pack(plan.pack_dicts()[0]) == plan.pack_dicts()[0]  # a search's full pack passes unchanged
+
+
+def test_planning_resolves_each_config_class_once_not_once_per_configuration(monkeypatch):
+    """A 10^5-configuration launch parses every configuration (twice: survey, then its pack). Resolving the
+    dataclasses' string annotations each time was 3/4 of that: 4 minutes of planning at 10^5 on 2 cores."""
+    import typing
+
+    from grokray import config
+    from grokray.plan.expand import Survey
+
+    config.fields_and_hints.cache_clear()
+    calls = []
+    real = typing.get_type_hints
+    monkeypatch.setattr(typing, "get_type_hints", lambda cls, *a, **k: calls.append(cls) or real(cls, *a, **k))
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", scale="smoke")
+    survey = Survey.of(spec)
+    list(survey.pack_dicts(survey.packs(slots=2)))
+    assert survey.n_configs >= 8
+    assert calls and len(calls) == len(set(calls)), "a config class's annotations were resolved more than once"

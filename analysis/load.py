@@ -126,11 +126,27 @@ def runs_to_frame(runs: Iterable[RunRecord], narrow: bool = False) -> pd.DataFra
     other summary metrics (e.g. step_val_acc_0.9 under its own name), model, task, trial_key, pack_id, status,
     start_time. df.attrs: swept, log_axes (unions of the tags), params (param columns).
     """
-    columns: dict[str, list] = {}  # built a column at a time: a row's dict lives only while its run is read
-    params_seen, swept, log = {}, {}, {}
-    shared = sys.intern if narrow else str
-    n = 0
+    frame = FrameBuilder(narrow)
     for r in runs:
+        frame.add(r)
+    return frame.frame()
+
+
+class FrameBuilder:
+    """runs_to_frame a run at a time: a launch's close hands it each record of the one pass in which it ends and
+    counts the children, so its diagram reads no run a second time (`add` per run, then `frame()` once)."""
+
+    def __init__(self, narrow: bool = False):
+        self.narrow = narrow
+        self.columns: dict[str, list] = {}  # built a column at a time: a row's dict lives only while its run is read
+        self.params_seen: dict[str, None] = {}
+        self.swept: dict[str, None] = {}
+        self.log: dict[str, None] = {}
+        self.n = 0
+
+    def add(self, r: RunRecord) -> None:
+        narrow, columns, n = self.narrow, self.columns, self.n
+        shared = sys.intern if narrow else str
         tags, metrics = r.tags, r.metrics
         row = {} if narrow else {"run_id": r.run_id, "status": r.status, "start_time": r.start_ms,
                                  "run_name": r.name or tags.get("mlflow.runName")}
@@ -140,10 +156,10 @@ def runs_to_frame(runs: Iterable[RunRecord], narrow: bool = False) -> pd.DataFra
         run_swept = _json_list(tags.get(SWEPT_TAG))
         for k, v in r.params.items():
             if not narrow or _diagram_param(k, run_swept):
-                params_seen.setdefault(k, None)
+                self.params_seen.setdefault(k, None)
                 row[k] = shared(v) if isinstance(v, str) else v
-        swept.update(dict.fromkeys(run_swept))
-        log.update(dict.fromkeys(_json_list(tags.get(LOG_AXES_TAG))))
+        self.swept.update(dict.fromkeys(run_swept))
+        self.log.update(dict.fromkeys(_json_list(tags.get(LOG_AXES_TAG))))
         crossings: dict[str, dict[str, float]] = {"train": {}, "val": {}}
         for k, v in metrics.items():
             if k in SERIES or (narrow and k not in DIAGRAM_METRICS and not _CROSSING.match(k)):
@@ -163,30 +179,34 @@ def runs_to_frame(runs: Iterable[RunRecord], narrow: bool = False) -> pd.DataFra
             elif type(v) is not float and type(col) is array:
                 col = columns[k] = list(col)
             col.append(v)
-        n += 1
+        self.n = n = n + 1
         for col in columns.values():
             if len(col) < n:  # a key this run lacks
                 col.append(np.nan)
-    df = pd.DataFrame(columns)
-    params = list(params_seen)
-    if df.empty:
-        df = pd.DataFrame(columns=["run_id", "parent_run_id", "run_name", "phase", "step_train", "step_val", "gap"])
-    for k in params:
-        df[k] = _numeric(df[k])
-    params += _default_group_axes(df, swept)
-    for k in ("step_train", "step_val", "gap"):
-        df[k] = pd.to_numeric(df[k], errors="coerce")
-    metric_cols = [c for c in df.columns if c not in params and c not in _TAG_COLUMNS.values()
-                   and c not in {"run_id", "run_name", "status", "start_time", "step_train", "step_val", "gap"}]
-    finals = sorted(c for c in metric_cols if c.startswith("final/"))
-    others = sorted(c for c in metric_cols if not c.startswith("final/") and c != "steps_run")
-    ordered_params = [k for k in swept if k in params] + [k for k in params if k not in swept]
-    order = ["run_id", "parent_run_id", "run_name", *ordered_params, "phase", "step_train", "step_val", "gap",
-             *(["steps_run"] if "steps_run" in df else []), *finals, *others, "model", "task", "trial_key",
-             "pack_id", "status", "start_time"]
-    df = df.reindex(columns=[c for c in order if c in df.columns])
-    df.attrs.update(swept=list(swept), log_axes=list(log), params=ordered_params)
-    return df
+
+    def frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(self.columns)
+        swept = self.swept
+        params = list(self.params_seen)
+        if df.empty:
+            df = pd.DataFrame(columns=["run_id", "parent_run_id", "run_name", "phase", "step_train", "step_val",
+                                       "gap"])
+        for k in params:
+            df[k] = _numeric(df[k])
+        params += _default_group_axes(df, swept)
+        for k in ("step_train", "step_val", "gap"):
+            df[k] = pd.to_numeric(df[k], errors="coerce")
+        metric_cols = [c for c in df.columns if c not in params and c not in _TAG_COLUMNS.values()
+                       and c not in {"run_id", "run_name", "status", "start_time", "step_train", "step_val", "gap"}]
+        finals = sorted(c for c in metric_cols if c.startswith("final/"))
+        others = sorted(c for c in metric_cols if not c.startswith("final/") and c != "steps_run")
+        ordered_params = [k for k in swept if k in params] + [k for k in params if k not in swept]
+        order = ["run_id", "parent_run_id", "run_name", *ordered_params, "phase", "step_train", "step_val", "gap",
+                 *(["steps_run"] if "steps_run" in df else []), *finals, *others, "model", "task", "trial_key",
+                 "pack_id", "status", "start_time"]
+        df = df.reindex(columns=[c for c in order if c in df.columns])
+        df.attrs.update(swept=list(swept), log_axes=list(self.log), params=ordered_params)
+        return df
 
 
 def _experiment_id(store, experiment: str) -> str:

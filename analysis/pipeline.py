@@ -146,7 +146,8 @@ def _state_figures(df: pd.DataFrame, states: dict, out: Path, limit: int) -> lis
 def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: str | None = None,
             x: str | None = None, y: str | None = None, compare_to: str | None = None,
             tracking_uri: str | None = None, representations: bool = False, log: bool = True,
-            all_parents: bool = False, max_figures: int = 4, narrow: bool = False) -> Analysis:
+            all_parents: bool = False, max_figures: int = 4, narrow: bool = False,
+            runs: pd.DataFrame | None = None) -> Analysis:
     """Write phase_diagram.{png,svg}, steps_heatmap.{png,svg}, phase_table.txt and cells.csv (and with
     compare_to: comparison.{png,svg}, transitions.csv, changed_cells.csv; with representations:
     representations.csv and, for up to max_figures runs (one per phase first), state_<phase>_<run>.{png,svg}: the
@@ -156,9 +157,13 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     logged on the latest parent). parent_run_id: that `grokray run` (wins over experiment).
     compare_to: another experiment name (its latest parent) or a parent run id.
     narrow: read only the columns the figures need (a launch's close at 10^5 runs); Analysis.runs is then narrow.
+    runs: the parent's children already in hand (runs_to_frame's frame; a launch's close builds it as it counts
+    them): nothing is read.
     """
 
-    if parent_run_id is not None:
+    if runs is not None:
+        df = runs
+    elif parent_run_id is not None:
         df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri, narrow=narrow)
     elif experiment is not None:
         df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents, narrow=narrow)

@@ -16,6 +16,7 @@ from grokray.tracking.schema import RUNS_SUMMARY_TAG, children_filter
 from grokray.tracking.store import Store
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml"
+READ_BACK: list[str] = []  # the parents whose children were read from the store while the launches ran
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +27,11 @@ def launch(local_ray, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("table")
     spec = load_spec(QUICKSTART, ["train.steps=400", "phases.budget=400", "seeds=[1,2]"], scale="smoke")
     options = dict(tracking_uri=f"sqlite:///{tmp}/mlflow.db", storage=str(tmp / "r"), progress="never")
-    first = run_sweep(spec, LaunchOptions(**options))
-    second = run_sweep(spec, LaunchOptions(**options))  # a second launch of the same experiment
+    read = Store.iter_children
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Store, "iter_children", lambda self, parent: READ_BACK.append(parent.run_id) or read(self, parent))
+        first = run_sweep(spec, LaunchOptions(**options))
+        second = run_sweep(spec, LaunchOptions(**options))  # a second launch of the same experiment
     return first, second
 
 
@@ -109,3 +113,21 @@ def test_the_closes_narrow_read_draws_the_same_diagram_as_every_column(launch, t
                                                                             "optim.decoder.weight_decay")
     dropped = set(full.runs.columns) - set(narrow.runs.columns)
     assert len(narrow.runs) == len(full.runs) == 16 and {"run_name", "trial_key", "final/train/acc"} <= dropped
+
+
+def test_the_closes_diagram_comes_from_its_one_pass_over_the_children(launch, tmp_path):
+    """The close draws its diagram from the records it ends, counts and tables in one pass (FrameBuilder), not
+    from reading N runs back: no child was read from the store during the launches, and the cells the close
+    logged equal those `grokray analyze` draws reading the runs back."""
+    from analysis.pipeline import analyze
+
+    first, second = launch
+    assert not READ_BACK, f"a close read its children back: {READ_BACK}"
+    for summary in (first, second):
+        store = Store(summary.tracking_uri)
+        (tmp_path / summary.parent_run_id).mkdir()
+        logged = store.download(summary.parent_run_id, "analysis/cells.csv", tmp_path / summary.parent_run_id)
+        analyze(tmp_path / "again", parent_run_id=summary.parent_run_id, tracking_uri=summary.tracking_uri,
+                log=False, narrow=True)
+        assert logged.read_text() == (tmp_path / "again" / "cells.csv").read_text()
+        assert len(pd.read_csv(logged)) == 8  # the smoke grid's cells, each over seeds 1 and 2

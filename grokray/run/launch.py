@@ -44,7 +44,7 @@ from .context import TrialContext
 from .options import LaunchOptions, LaunchSummary, launch_status
 from .pack_files import store_packs
 from .progress import ProgressLine
-from .report import report_on_parent
+from .report import closing_runs, report_on_parent
 from .signals import stop_beat
 from .trainable import train_pack
 from .warm import driver_imports_in_background
@@ -273,14 +273,16 @@ class Launch:
         if self.delivery is not None:
             self.delivery.stop()
         stop_beat()
+        runs = None if self.kind == "search" else closing_runs()  # a search's figures are the study's
         closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics,
-                                   on_page=stop_beat)
+                                   on_page=stop_beat, on_record=runs.add if runs else None)
         stop_beat()
         self.closed = True
         self.timings["finish"] = time.time() - t0
         if not closed.undelivered and self.parent.run_id:  # the server holds every run: the figure can be drawn
             self.timings["report"] = report_on_parent(self.parent, self.spec, self.kind, status, closed.phase_counts,
-                                                      configurations, closed.duration_s, note)
+                                                      configurations, closed.duration_s, note,
+                                                      runs=runs if closed.counted else None)
         last = [dict(r.metrics or {}) for r in results]
         return LaunchSummary(
             kind=self.kind, name=self.spec.name, tracking_uri=self.uri, experiment_id=self.parent.experiment_id,

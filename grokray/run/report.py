@@ -61,27 +61,37 @@ def parent_note(spec: Spec, kind: str, status: str, counts: dict[str, int], conf
     return "\n".join([*lines, "Spec (resolved):", "", "```yaml", spec_text.rstrip(), "```"])
 
 
-def draw_diagram(uri: str, parent_run_id: str) -> str:
-    """The phase diagram and steps heatmap of the parent's children, logged under analysis/; a line for the note."""
+def closing_runs():
+    """What a launch's close hands each child to as it ends and counts it, so the diagram is drawn from that one
+    pass instead of reading N runs back (analysis.load.FrameBuilder, narrow: the columns a diagram reads)."""
+    from analysis.load import FrameBuilder  # pandas: loaded when a launch closes, not when it starts
+
+    return FrameBuilder(narrow=True)
+
+
+def draw_diagram(uri: str, parent_run_id: str, runs=None) -> str:
+    """The phase diagram and steps heatmap of the parent's children, logged under analysis/; a line for the note.
+    runs: the children as the close counted them (a FrameBuilder); None reads them from the store."""
     from analysis.pipeline import analyze  # matplotlib: loaded when a launch closes, not when it starts
 
     with tempfile.TemporaryDirectory() as d:
         try:
-            analyze(d, parent_run_id=parent_run_id, tracking_uri=uri, log=True, narrow=True)
+            analyze(d, parent_run_id=parent_run_id, tracking_uri=uri, log=True, narrow=True,
+                    runs=None if runs is None else runs.frame())
         except ValueError as exc:  # one searched key, no finished configuration, ...
             return f"no phase diagram: {exc}"
     return f"phase diagram: artifacts `{ANALYSIS_DIR}/phase_diagram.png` (steps: `{ANALYSIS_DIR}/steps_heatmap.png`)"
 
 
 def report_on_parent(parent: ParentRun, spec: Spec, kind: str, status: str, counts: dict[str, int],
-                     configurations: int, wall_s: float, extra: list[str] | tuple = ()) -> float:
+                     configurations: int, wall_s: float, extra: list[str] | tuple = (), runs=None) -> float:
     """Draw the figures and write the note on the parent; returns the seconds it took. Never raises."""
     t0 = time.time()
     try:
         # a search's points are scattered, not a grid: its figures are the study's (search.artifacts)
         figure = (f"figures: `{SEARCH_DIR}/{SLICES_PNG}` (the objective against each searched "
                   f"parameter), `{SEARCH_DIR}/optimization_history_*.png`") if kind == "search" \
-            else draw_diagram(parent.uri, parent.run_id)
+            else draw_diagram(parent.uri, parent.run_id, runs)
         parent.set_tag(NOTE_TAG, parent_note(spec, kind, status, counts, configurations, wall_s, figure, extra))
     except Exception as exc:  # noqa: BLE001 - the sweep is done and recorded; its description must not undo that
         print(f"grokray: could not write the parent run's description: {type(exc).__name__}: {exc}",

@@ -79,6 +79,7 @@ class Closed:
     undelivered_points: int
     spool_dir: str
     duration_s: float = 0.0  # the parent run's own start to end, as MLflow's UI shows its duration
+    counted: bool = False  # the children were paged to the end (each handed to on_record), not the packs' counts
 
     @property
     def undelivered(self) -> bool:
@@ -228,11 +229,12 @@ class ParentRun:
                 ended += 1
         return ended
 
-    def _end_and_count_children(self, table: bool, on_page=None) -> dict[str, int]:
+    def _end_and_count_children(self, table: bool, on_page=None, on_record=None) -> dict[str, int]:
         """One pass over the children, a page at a time (a launch of 10^5 runs holds one page): a child still
         RUNNING ends here (FINISHED if it has its phase: a kill came between its tag and its end), its phase is
         counted, and with `table` (every child complete in the store) it joins the launch's runs table, which
-        goes up with the tag that says it is complete. `on_page()` is called after each page (a stop's beat)."""
+        goes up with the tag that says it is complete. `on_record(record)` gets each child as it ends (the close's
+        figure is drawn from them), `on_page()` is called after each page (a stop's beat)."""
         import gzip
         import tempfile
 
@@ -252,6 +254,8 @@ class ParentRun:
                                           end_ms=now_ms())
                             retry(self.client.set_terminated, rec.run_id, rec.status, rec.end_ms)
                         out.write(record_line(rec))
+                        if on_record is not None:
+                            on_record(rec)
                     for phase, n in phase_counts(page).items():
                         counts[phase] = counts.get(phase, 0) + n
                     rows += len(page)
@@ -279,7 +283,7 @@ class ParentRun:
 
     def close(self, status: str, wait_s: float, fallback_counts: dict[str, int] | None = None,
               configurations: int | None = None, metrics: dict[str, float] | None = None,
-              on_page=None) -> Closed:
+              on_page=None, on_record=None) -> Closed:
         """Deliver the spool (the parent's own batches first), then phase counts (from the children's tags),
         `configurations`, `metrics` and the status. With the server still away, the counts come from
         `fallback_counts` (what Tune reported) and the closing batch is spooled for `grokray replay`."""
@@ -289,7 +293,8 @@ class ParentRun:
         self._learn_id()
         counts: dict[str, int] | None = None
         try:
-            counts = self._end_and_count_children(table=not any(pending_points(self.spool_dir)), on_page=on_page)
+            counts = self._end_and_count_children(table=not any(pending_points(self.spool_dir)), on_page=on_page,
+                                                  on_record=on_record)
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
                 raise
@@ -313,7 +318,8 @@ class ParentRun:
         if not delivered:  # after the parent's other batches, in its own spool file
             Spool(self.courier.spool.path).append(batch)
         batches, points = pending_points(self.spool_dir)
-        return Closed(status, counts, batches, points, self.spool_dir, (end - (self.started_ms or end)) / 1e3)
+        return Closed(status, counts, batches, points, self.spool_dir, (end - (self.started_ms or end)) / 1e3,
+                      counted=measured)
 
 
 def missing_parent_tags(tags: dict[str, str]) -> list[str]:

@@ -4,7 +4,8 @@ and writing each to the runs table) and then draws the launch's phase diagram, a
 bench_scale.py measures whole launches, where the close is a few seconds at the end of many minutes; this fills
 a SQLite store with N child runs shaped as bench_scale's (the toy's params, tags and summary metrics, lr x weight
 decay x 10 seeds) once, then runs the close through an `mlflow server` on it (127.0.0.1), as a cluster's driver
-does, in a fresh process per N, and prints its peak RSS above the process's start, and the slope per 1,000 runs.
+does, in a fresh process per N, and prints its peak RSS above the process's start, and the slope per 1,000 runs;
+then `grokray analyze` of that launch (wall and peak RSS), which reads the runs table the close wrote.
 
     .venv/bin/python benchmarks/bench_close.py [--n 1000,10000] [--work DIR]
 """
@@ -23,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 CLOSE = """
-import gc, json, resource, sys
-from grokray.run.report import draw_diagram
+import gc, json, resource, sys, time
+from grokray.run.report import closing_runs, draw_diagram
 from grokray.tracking.parent import ParentRun
 from grokray.tracking.store import Store
 import analysis.pipeline, matplotlib.pyplot  # loaded before the baseline: a constant, not what grows
@@ -32,12 +33,22 @@ uri, parent_id = sys.argv[1], sys.argv[2]
 def rss(): return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 parent = ParentRun(uri, "close", sys.argv[3])
 parent.attach(Store(uri).run(parent_id))
-gc.collect(); start = rss()
-counts = parent._end_and_count_children(table=True)
-paging = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - start
-line = draw_diagram(uri, parent_id)
+gc.collect(); start = rss(); t0 = time.time()
+runs = closing_runs()  # as Launch.close: one pass ends, counts and tables each child and hands it to the figure
+counts = parent._end_and_count_children(table=True, on_record=runs.add)
+paging = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - start; t1 = time.time()
+line = draw_diagram(uri, parent_id, runs)
 close = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - start
-print(json.dumps({"paging_mb": paging, "close_mb": close, "runs": sum(counts.values()), "figure": line[:14]}))
+print(json.dumps({"paging_mb": paging, "close_mb": close, "paging_s": round(t1 - t0, 1),
+                  "figure_s": round(time.time() - t1, 1), "runs": sum(counts.values()), "figure": line[:14]}))
+"""
+ANALYZE = """
+import json, resource, subprocess, sys, time
+t0 = time.time()
+subprocess.run([sys.executable, "-m", "grokray", "analyze", "--parent", sys.argv[2], "--tracking-uri", sys.argv[1],
+                "--no-log", "-o", sys.argv[3]], check=True, capture_output=True)
+print(json.dumps({"analyze_s": round(time.time() - t0, 1),
+                  "analyze_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
 
 
@@ -96,6 +107,10 @@ def main() -> None:
             out = subprocess.run([sys.executable, "-c", CLOSE, server.url, parent, str(work / f"spool-{n}")],
                                  capture_output=True, text=True, cwd=ROOT, check=True)
             row = {"n": n, "fill_s": round(filled, 1), **json.loads(out.stdout.strip().splitlines()[-1])}
+            # `grokray analyze` of the closed launch, as a user runs it: it reads the runs table the close wrote
+            out = subprocess.run([sys.executable, "-c", ANALYZE, server.url, parent, str(work / f"analyze-{n}")],
+                                 capture_output=True, text=True, cwd=ROOT, check=True)
+            row.update(json.loads(out.stdout.strip().splitlines()[-1]))
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:

@@ -7,7 +7,10 @@ decay x 10 seeds) once, then runs the close through an `mlflow server` on it (12
 does, in a fresh process per N, and prints its peak RSS above the process's start, and the slope per 1,000 runs;
 then `grokray analyze` of that launch (wall and peak RSS), which reads the runs table the close wrote.
 
-    .venv/bin/python benchmarks/bench_close.py [--n 1000,10000] [--work DIR]
+    .venv/bin/python benchmarks/bench_close.py [--n 1000,10000] [--table 10000,100000] [--work DIR]
+
+--table: `grokray analyze` of launches known only by their runs table (the close's artifact, records shaped as
+above), for sizes too large to fill the store with runs one by one.
 """
 
 from __future__ import annotations
@@ -52,45 +55,101 @@ print(json.dumps({"analyze_s": round(time.time() - t0, 1),
 """
 
 
-def fill(uri: str, n: int) -> str:
-    """A parent and n finished children, each as a launch of bench_scale's spec logs it."""
+PHASES = ("comprehension", "grokking", "memorization", "confusion")
+
+
+def bench_spec(n: int):
     from bench_scale import spec_yaml
-    from mlflow.entities import Metric, Param
-    from mlflow.tracking import MlflowClient
 
     from grokray.spec import load_spec
-    from grokray.tracking.client import clean
-    from grokray.tracking.schema import flatten
 
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "s.yaml").write_text(spec_yaml(n))
-        spec = load_spec(Path(d) / "s.yaml")
+        return load_spec(Path(d) / "s.yaml")
+
+
+def child(spec, i: int, parent: str) -> tuple[dict, dict, dict]:
+    """(tags, params, metrics) of configuration i as a launch of bench_scale's spec logs it. Phases vary by cell
+    (a generalizing one has its crossings), so the diagram and its steps heatmap have something to draw."""
+    from grokray.tracking.client import clean
+    from grokray.tracking.schema import flatten
+
+    phase = PHASES[(i // 10) % len(PHASES)]
+    swept = ["optim.decoder.lr", "optim.decoder.weight_decay", "seed"]
+    tags = clean({"mlflow.parentRunId": parent, "grokray.role": "configuration", "grokray.model": "toy",
+                  "grokray.task": "addition", "grokray.trial_key": f"{i:016x}", "grokray.swept": swept,
+                  "grokray.log_axes": ["optim.decoder.lr"], "grokray.phase": phase})
+    metrics = {"train/acc": 0.1, "val/acc": 0.1, "train/loss": 1.0, "val/loss": 1.0, "weight_norm": 4.0,
+               "rqi": 0.05, "final/train/acc": 0.1, "final/val/acc": 0.1, "final/train/loss": 1.0,
+               "final/val/loss": 1.0, "final/weight_norm": 4.0, "final/rqi": 0.05, "steps_run": 50.0,
+               "ideal_val_acc": 0.95 + 0.005 * (i % 10)}
+    if phase in ("comprehension", "grokking"):
+        metrics |= {"step_train_acc_0.9": 10.0 + i % 7, "step_val_acc_0.9": 14.0 + i % 7 + (25 if phase == "grokking"
+                                                                                            else 0)}
+    return tags, clean(flatten(spec.trial(spec.point(i)).to_dict())), metrics
+
+
+def fill(uri: str, n: int) -> str:
+    """A parent and n finished children, each as a launch of bench_scale's spec logs it."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    spec = bench_spec(n)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("close") or client.get_experiment(client.create_experiment("close"))
     parent = client.create_run(exp.experiment_id, tags={"grokray.role": "parent"}).info.run_id
-    swept = ["optim.decoder.lr", "optim.decoder.weight_decay", "seed"]
     for i in range(n):
-        config = spec.trial(spec.point(i)).to_dict()
-        tags = clean({"mlflow.parentRunId": parent, "grokray.role": "configuration", "grokray.model": "toy",
-                      "grokray.task": "addition", "grokray.trial_key": f"{i:016x}", "grokray.swept": swept,
-                      "grokray.log_axes": ["optim.decoder.lr"], "grokray.phase": "confusion"})
+        tags, params, metrics = child(spec, i, parent)
         run = client.create_run(exp.experiment_id, tags=tags).info.run_id
-        metrics = {"train/acc": 0.1, "val/acc": 0.1, "train/loss": 1.0, "val/loss": 1.0, "weight_norm": 4.0,
-                   "rqi": 0.05, "final/train/acc": 0.1, "final/val/acc": 0.1, "final/train/loss": 1.0,
-                   "final/val/loss": 1.0, "final/weight_norm": 4.0, "final/rqi": 0.05, "steps_run": 50.0,
-                   "ideal_val_acc": 0.8 + 0.02 * (i % 10)}
         client.log_batch(run, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
-                         params=[Param(k, v) for k, v in clean(flatten(config)).items()])
+                         params=[Param(k, v) for k, v in params.items()])
         client.set_terminated(run, "FINISHED")
     return parent
+
+
+def table_only(uri: str, n: int, work: Path) -> str:
+    """A closed launch of n children known by its runs table alone: the artifact a close writes (one record per
+    child, as above) on a parent tagged with its rows, which is all `grokray analyze` of a closed launch reads.
+    For N too large to fill the store run by run (10^5 at 20 ms a run is 35 minutes)."""
+    import gzip
+
+    from mlflow.tracking import MlflowClient
+
+    from grokray.tracking.records import RunRecord, record_line
+    from grokray.tracking.schema import RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG
+
+    spec = bench_spec(n)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("close") or client.get_experiment(client.create_experiment("close"))
+    parent = client.create_run(exp.experiment_id, tags={"grokray.role": "parent"}).info.run_id
+    path = work / f"table-{n}" / Path(RUNS_SUMMARY_ARTIFACT).name
+    path.parent.mkdir(parents=True)
+    with gzip.open(path, "wt", compresslevel=6) as out:
+        for i in range(n):
+            tags, params, metrics = child(spec, i, parent)
+            out.write(record_line(RunRecord(f"{i:032x}", f"run-{i}", exp.experiment_id, "FINISHED", 0, 1, params,
+                                            tags, metrics)))
+    client.log_artifact(parent, str(path), str(Path(RUNS_SUMMARY_ARTIFACT).parent))
+    client.set_tag(parent, RUNS_SUMMARY_TAG, str(n))
+    client.set_terminated(parent, "FINISHED")
+    return parent
+
+
+def run_json(script: str, *args) -> dict:
+    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", default="1000,10000")
+    ap.add_argument("--table", default="", help="also `grokray analyze` of launches of these sizes known by their "
+                                                  "runs table alone, e.g. 10000,100000")
     ap.add_argument("--work", default=None)
     args = ap.parse_args()
-    sizes = [int(x) for x in args.n.split(",")]
+    sizes = [int(x) for x in args.n.split(",") if x]
+    tables = [int(x) for x in args.table.split(",") if x]
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-close-"))
     from grokray.tracking.local_servers import MlflowServer
 
@@ -99,20 +158,23 @@ def main() -> None:
     for n in sizes:  # straight into the SQLite file: 20 ms a run, against 0.3 s through the server
         t0 = time.time()
         parents[n] = (fill(store, n), time.time() - t0)
+    for n in tables:
+        t0 = time.time()
+        parents[("table", n)] = (table_only(store, n, work), time.time() - t0)
     server = MlflowServer(work / "server", store, workers=1).start()
     try:
         rows = []
         for n in sizes:
             parent, filled = parents[n]
-            out = subprocess.run([sys.executable, "-c", CLOSE, server.url, parent, str(work / f"spool-{n}")],
-                                 capture_output=True, text=True, cwd=ROOT, check=True)
-            row = {"n": n, "fill_s": round(filled, 1), **json.loads(out.stdout.strip().splitlines()[-1])}
+            row = {"n": n, "fill_s": round(filled, 1), **run_json(CLOSE, server.url, parent, work / f"spool-{n}")}
             # `grokray analyze` of the closed launch, as a user runs it: it reads the runs table the close wrote
-            out = subprocess.run([sys.executable, "-c", ANALYZE, server.url, parent, str(work / f"analyze-{n}")],
-                                 capture_output=True, text=True, cwd=ROOT, check=True)
-            row.update(json.loads(out.stdout.strip().splitlines()[-1]))
+            row.update(run_json(ANALYZE, server.url, parent, work / f"analyze-{n}"))
             rows.append(row)
             print(json.dumps(row), flush=True)
+        for n in tables:
+            parent, made = parents[("table", n)]
+            print(json.dumps({"n": n, "table_only": True, "table_s": round(made, 1),
+                              **run_json(ANALYZE, server.url, parent, work / f"analyze-table-{n}")}), flush=True)
     finally:
         server.stop()
     for a, b in zip(rows, rows[1:], strict=False):

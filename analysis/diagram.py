@@ -131,33 +131,14 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
         if a not in df:
             raise KeyError(f"facet {a!r} is not a column")
     runs = df[df["phase"].notna()].copy()
+    runs.attrs = {}  # pandas deep-copies attrs on every operation: 14 of 48 s at 10^5 runs
     for a in keys:
         runs[a] = runs[a].map(canonical)
     phases = phase_order(df)
     st = pd.to_numeric(runs[steps], errors="coerce") if steps in runs else pd.Series(np.nan, index=runs.index)
     runs["_steps"] = st.where(np.isfinite(st))
     runs["_undecodable"] = undecodable(runs)
-    rows = []
-    for idx, cell in runs.groupby(keys, dropna=False, sort=False) if len(runs) else []:
-        idx = idx if isinstance(idx, tuple) else (idx,)
-        c = cell["phase"].value_counts().reindex(list(phases), fill_value=0)
-        # the majority is taken over the seeds whose split can reach the threshold; a cell of undecodable splits
-        # has no phase to show, and says so
-        votes = cell.loc[~cell["_undecodable"], "phase"].value_counts().reindex(list(phases), fill_value=0)
-        top = [p for p in phases if votes.sum() and votes[p] == votes.max()]
-        m = cell["_steps"].median()
-        voters = cell.loc[~cell["_undecodable"], "_steps"]
-        censored = float(np.median(voters.fillna(np.inf))) if len(voters) else np.inf
-        row = dict(zip(keys, idx, strict=True))
-        row.update(phase=votes.idxmax() if votes.sum() else UNDECODABLE, tie="|".join(top) if len(top) > 1 else "",
-                   agreement=float(votes.max()) / int(votes.sum()) if votes.sum() else 1.0, n=int(c.sum()),
-                   n_undecodable=int(cell["_undecodable"].sum()), n_generalized=int(cell["_steps"].count()),
-                   median_steps=float(m), log10_steps=float(np.log10(max(m, 1.0))) if pd.notna(m) else np.nan,
-                   steps=censored if np.isfinite(censored) else np.nan,
-                   share_generalized=float(voters.notna().mean()) if len(voters) else np.nan)
-        row.update({f"count_{p}": int(c[p]) for p in phases})
-        row.update({f"vote_{p}": int(votes[p]) for p in phases})
-        rows.append(row)
+    rows = [_cell_row(keys, key, phases, *arrays) for key, arrays in _cells_of(runs, keys, phases)]
     cols = [*keys, "phase", "tie", "agreement", "n", "n_undecodable", "n_generalized", "median_steps", "log10_steps",
             "steps", "share_generalized", *(f"count_{p}" for p in phases), *(f"vote_{p}" for p in phases)]
     cells = pd.DataFrame(rows, columns=cols)
@@ -171,6 +152,53 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
                      _sorted_unique(cells[y]), facet_values, phases, steps)
 
 
+
+
+def _cells_of(runs: pd.DataFrame, keys: list[str], phases: tuple[str, ...]):
+    """(cell key, (phase index, undecodable, steps) arrays of its runs) for every cell, in order of first
+    appearance: one grouping pass into integer codes and numpy arrays, where a pandas Series per cell cost ~5 ms
+    and ~8 KB each (10^4 cells at 10^5 runs)."""
+    if not len(runs):
+        return
+    codes = runs.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    index = {p: i for i, p in enumerate(phases)}
+    phase = np.fromiter((index.get(v, -1) for v in runs["phase"]), dtype=np.int64, count=len(runs))
+    undec = runs["_undecodable"].to_numpy(dtype=bool)
+    steps = runs["_steps"].to_numpy(dtype=float)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    key_rows = runs[keys].itertuples(index=False, name=None)
+    first_at: dict[int, tuple] = {}  # each cell's key, as its first run has it
+    for code, key in zip(codes.tolist(), key_rows, strict=True):
+        first_at.setdefault(code, key)
+    for members in np.split(order, bounds):
+        yield first_at[int(codes[members[0]])], (phase[members], undec[members], steps[members])
+
+
+def _cell_row(keys: list[str], key: tuple, phases: tuple[str, ...], phase: np.ndarray, undec: np.ndarray,
+              steps: np.ndarray) -> dict:
+    """One cell's row: counts of every phase, the majority over the seeds whose split can reach the threshold
+    (a cell of undecodable splits has no phase to show, and says so), and its steps."""
+    k = len(phases)
+    c = np.bincount(phase[phase >= 0], minlength=k)
+    decodable = ~undec
+    votes = np.bincount(phase[decodable & (phase >= 0)], minlength=k)
+    total, best = int(votes.sum()), int(votes.max()) if k else 0
+    top = [p for p, v in zip(phases, votes, strict=True) if total and v == best]
+    finite = steps[~np.isnan(steps)]
+    m = float(np.median(finite)) if len(finite) else np.nan
+    voters = steps[decodable]
+    censored = float(np.median(np.where(np.isnan(voters), np.inf, voters))) if len(voters) else np.inf
+    row = dict(zip(keys, key, strict=True))
+    row.update(phase=phases[int(np.argmax(votes))] if total else UNDECODABLE, tie="|".join(top) if len(top) > 1
+               else "", agreement=float(best) / total if total else 1.0, n=int(c.sum()),
+               n_undecodable=int(undec.sum()), n_generalized=len(finite),
+               median_steps=m, log10_steps=float(np.log10(max(m, 1.0))) if not np.isnan(m) else np.nan,
+               steps=censored if np.isfinite(censored) else np.nan,
+               share_generalized=float((~np.isnan(voters)).mean()) if len(voters) else np.nan)
+    row.update({f"count_{p}": int(c[i]) for i, p in enumerate(phases)})
+    row.update({f"vote_{p}": int(votes[i]) for i, p in enumerate(phases)})
+    return row
 
 
 def undecodable(runs: pd.DataFrame, threshold: float = 0.9) -> pd.Series:

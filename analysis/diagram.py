@@ -183,7 +183,7 @@ def _cell_row(keys: list[str], key: tuple, phases: tuple[str, ...], phase: np.nd
     c = np.bincount(phase[phase >= 0], minlength=k)
     decodable = ~undec
     votes = np.bincount(phase[decodable & (phase >= 0)], minlength=k)
-    total, best = int(votes.sum()), int(votes.max()) if k else 0
+    total, best = int(votes.sum()), int(votes.max())
     top = [p for p, v in zip(phases, votes, strict=True) if total and v == best]
     finite = steps[~np.isnan(steps)]
     m = float(np.median(finite)) if len(finite) else np.nan

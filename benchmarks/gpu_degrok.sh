@@ -16,17 +16,9 @@
 #   device:           bash benchmarks/gpu_degrok.sh
 #   here, CPU check:  GPU_SESSION_DEVICE=cpu SKIP_INSTALL=1 PY=.venv/bin/python bash benchmarks/gpu_degrok.sh
 # With GPU_SESSION_DEVICE=cpu the same steps run at the specs' smoke scale on the CPU (2 trials, resources.gpu 0).
-set -o pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
-OUT=${OUT:-$REPO/gpu-session}
-DEVICE=${GPU_SESSION_DEVICE:-cuda}
-PY=${PY:-python3}
-DEADLINE=${GPU_SESSION_DEADLINE:-550}   # seconds for the whole script; the device call's limit is 595
-W=/tmp/grokray-gpu-session           # what comes back, packed
-RESULTS=/tmp/grokray-gpu-results     # Tune's state, checkpoints and the Optuna journals: not brought back
-rm -rf "$W" "$RESULTS" && mkdir -p "$W/logs" "$OUT"
-export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+DEFAULT_DEADLINE=550   # seconds for the whole script; the device call's limit is 595
+source benchmarks/gpu_lib.sh
 METHODS=${DEGROK_METHODS:-"adamw muon ma ema norm orthogonal stablemax"}
 if [ "$DEVICE" = cuda ]; then
   SCALE=paper TRIALS=${DEGROK_TRIALS:-12} CONCURRENT=${DEGROK_CONCURRENT:-12} BUDGET=${DEGROK_BUDGET:-2000}
@@ -35,8 +27,6 @@ if [ "$DEVICE" = cuda ]; then
 else
   SCALE=smoke TRIALS=2 CONCURRENT=2 BUDGET=100 ASHA=null GPU=0
 fi
-source benchmarks/gpu_lib.sh
-trap finish EXIT
 
 say "# gpu_degrok $(date -u +%FT%TZ) on $DEVICE, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 say "each method: $TRIALS trials, $CONCURRENT at once, GPU share $GPU, cpu 1, budget $BUDGET steps, ASHA $ASHA, scale $SCALE"

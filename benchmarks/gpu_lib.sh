@@ -1,6 +1,17 @@
-# Shared by the device-call scripts (gpu_session.sh, gpu_degrok.sh): a deadline for the whole call, steps that each
-# run under min(their own limit, the time left), GPU sampling, the bundle's install, and what comes back in $OUT.
-# Source it after setting W (what comes back, packed), OUT, DEADLINE and PY.
+# Shared by the device-call scripts (gpu_session.sh, gpu_degrok.sh): their settings and working folders, a deadline
+# for the whole call, steps that each run under min(their own limit, the time left), GPU sampling, the bundle's
+# install, and what comes back in $OUT. Source it from the repository's root, with DEFAULT_DEADLINE set (seconds;
+# GPU_SESSION_DEADLINE overrides it).
+set -o pipefail
+REPO=$PWD
+OUT=${OUT:-$REPO/gpu-session}
+DEVICE=${GPU_SESSION_DEVICE:-cuda}
+PY=${PY:-python3}
+DEADLINE=${GPU_SESSION_DEADLINE:-$DEFAULT_DEADLINE}
+W=/tmp/grokray-gpu-session           # what comes back, packed
+RESULTS=/tmp/grokray-gpu-results     # Tune's state, checkpoints and Optuna journals: not brought back
+rm -rf "$W" "$RESULTS" && mkdir -p "$W/logs" "$OUT"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 SUMMARY=$W/session.txt
 say() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $((DEADLINE - SECONDS)); }
@@ -48,3 +59,4 @@ gpu_figures() {  # mean/max utilisation and peak memory of a sample file
   [ -s "$1" ] || { echo "no GPU samples"; return; }
   awk -F', ' '{u+=$1; n++; if ($1>um) um=$1; if ($2>mm) mm=$2} END {printf "GPU utilisation mean %.0f%% (max %d%%, %d samples at 1 s), memory used max %d MiB\n", u/n, um, n, mm}' "$1"
 }
+trap finish EXIT

@@ -16,24 +16,14 @@
 #                     GPU_SESSION_DEVICE=cpu PY=.venv/bin/python bash benchmarks/gpu_session.sh
 # With GPU_SESSION_DEVICE=cpu the same steps run on the CPU (resources.gpu=0; the quickstart at seed 1, Fig. 6b at
 # its smoke preset), so the script is checked end to end within its limits on a machine without CUDA.
-set -o pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
-OUT=${OUT:-$REPO/gpu-session}
-DEVICE=${GPU_SESSION_DEVICE:-cuda}
-PY=${PY:-python3}
-DEADLINE=${GPU_SESSION_DEADLINE:-530}   # seconds for the whole script; the device call's limit is 540-600
-W=/tmp/grokray-gpu-session           # what comes back, packed
-RESULTS=/tmp/grokray-gpu-results     # Tune's state and checkpoints: not brought back
-rm -rf "$W" "$RESULTS" && mkdir -p "$W/logs" "$OUT"
-export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+DEFAULT_DEADLINE=530   # seconds for the whole script; the device call's limit is 540-600
+source benchmarks/gpu_lib.sh
 if [ "$DEVICE" = cuda ]; then
   SCALE_6B=paper GPU=0.25 QS_SEEDS=""
 else  # the quickstart at seed 1 alone (20 configurations, ~1 min on 2 cores), so the comparison has runs to match
   SCALE_6B=smoke GPU=0 QS_SEEDS="seeds=[1]"
 fi
-source benchmarks/gpu_lib.sh
-trap finish EXIT
 
 say "# gpu_session $(date -u +%FT%TZ) on $DEVICE, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 install_bundle

@@ -275,7 +275,7 @@ class Launch:
         stop_beat()
         runs = None if self.kind == "search" else closing_runs()  # a search's figures are the study's
         closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics,
-                                   on_page=stop_beat, on_record=runs.add if runs else None)
+                                   on_page=stop_beat, on_record=None if runs is None else runs.add)
         stop_beat()
         self.closed = True
         self.timings["finish"] = time.time() - t0

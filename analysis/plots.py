@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import PatchCollection
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 
 from .diagram import FractionCurve, PhaseGrid
 from .labels import axis_label, tick_label
@@ -104,8 +104,16 @@ class CellAxis:
         self.pos = {val: k for k, val in enumerate(values)}
 
     def span(self, value) -> tuple[float, float]:
-        k = int(self.pos[_slot_key(value)]) if not self.numeric else self.pos[value]
+        k = self.slot(value)
         return float(self.edges[k]), float(self.edges[k + 1])
+
+    def slot(self, value) -> int:
+        return int(self.pos[_slot_key(value)]) if not self.numeric else self.pos[value]
+
+    def spans(self, values) -> tuple[np.ndarray, np.ndarray]:
+        """Every value's cell edges at once, as two arrays."""
+        k = np.fromiter((self.slot(v) for v in values), dtype=np.intp)
+        return self.edges[k].astype(float), self.edges[k + 1].astype(float)
 
     def style(self, ax, which: str, label: str) -> None:
         set_scale, set_lim, set_ticks, set_label = (
@@ -145,30 +153,40 @@ def facet_cells(grid: PhaseGrid, fv: tuple) -> pd.DataFrame:
 
 def draw_cells(ax, grid: PhaseGrid, cells: pd.DataFrame, colors: list, edgecolors=None, linewidths=0.3,
                hatched: Sequence[bool] | None = None, split: Sequence[list] | None = None) -> None:
-    """One rectangle per cell in its colour; `split`: per cell, colours to divide it into side by side (a tie
-    drawn as every tied phase, none of them first), or an empty list for a whole cell."""
+    """One box per cell in its colour; `split`: per cell, colours to divide it into side by side (a tie drawn as
+    every tied phase, none of them first), or an empty list for a whole cell.
+
+    The boxes are one PolyCollection built from an array of corners, not a Rectangle artist per cell: a launch's
+    close draws a 10^5-configuration lattice, where an artist per cell cost the driver ~20 KB a cell."""
     ax_x, ax_y = CellAxis(grid.x_values, grid.x_log), CellAxis(grid.y_values, grid.y_log)
-    rects = []
-    for xv, yv in zip(cells[grid.x], cells[grid.y], strict=True):
-        x0, x1 = ax_x.span(xv)
-        y0, y1 = ax_y.span(yv)
-        rects.append(Rectangle((x0, y0), x1 - x0, y1 - y0))
-    ax.add_collection(PatchCollection(rects, facecolors=colors, edgecolors=edgecolors or "white",
-                                      linewidths=linewidths))
-    for rect, parts in zip(rects, split or [], strict=False):
-        if parts:
-            x0, x1 = rect.get_x(), rect.get_x() + rect.get_width()
-            cuts = (np.geomspace(x0, x1, len(parts) + 1) if ax_x.log and x0 > 0 else
-                    np.linspace(x0, x1, len(parts) + 1))
-            ax.add_collection(PatchCollection(
-                [Rectangle((a, rect.get_y()), b - a, rect.get_height()) for a, b in zip(cuts[:-1], cuts[1:],
-                                                                                         strict=True)],
-                facecolors=parts, edgecolors="none"))
+    x0, x1 = ax_x.spans(cells[grid.x])
+    y0, y1 = ax_y.spans(cells[grid.y])
+    ax.add_collection(PolyCollection(boxes(x0, x1, y0, y1), facecolors=colors, edgecolors=edgecolors or "white",
+                                     linewidths=linewidths))
+    parts_of = list(split or [])
+    tied = [k for k, parts in enumerate(parts_of) if parts]
+    if tied:  # each tied cell cut along x into its phases' colours (equal widths on the axis as drawn)
+        cut_boxes, cut_colors = [], []
+        for k in tied:
+            n = len(parts_of[k])
+            cuts = (np.geomspace(x0[k], x1[k], n + 1) if ax_x.log and x0[k] > 0 else
+                    np.linspace(x0[k], x1[k], n + 1))
+            cut_boxes.append(boxes(cuts[:-1], cuts[1:], np.full(n, y0[k]), np.full(n, y1[k])))
+            cut_colors.extend(parts_of[k])
+        ax.add_collection(PolyCollection(np.concatenate(cut_boxes), facecolors=cut_colors, edgecolors="none"))
     if hatched is not None and any(hatched):  # a tie between phases: hatched over its colour
-        ax.add_collection(PatchCollection([r for r, h in zip(rects, hatched, strict=True) if h], facecolors="none",
-                                          edgecolors="black", linewidths=0, hatch="///"))
+        h = np.asarray(hatched, dtype=bool)
+        ax.add_collection(PolyCollection(boxes(x0[h], x1[h], y0[h], y1[h]), facecolors="none",
+                                         edgecolors="black", linewidths=0, hatch="///"))
     ax_x.style(ax, "x", grid.x)
     ax_y.style(ax, "y", grid.y)
+
+
+def boxes(x0, x1, y0, y1) -> np.ndarray:
+    """Axis-aligned boxes as an (n, 4, 2) array of corners, for a PolyCollection."""
+    x0, x1, y0, y1 = (np.asarray(v, dtype=float) for v in (x0, x1, y0, y1))
+    return np.stack([np.stack([x0, y0], -1), np.stack([x1, y0], -1), np.stack([x1, y1], -1),
+                     np.stack([x0, y1], -1)], axis=1)
 
 
 def cell_centre(axis: CellAxis, value) -> float:

@@ -1,4 +1,5 @@
 # The two commands a newcomer runs: `make demo` and `make test`. Both create or reuse .venv.
+# The test tiers print their 20 slowest tests: CI must stay under 60 minutes, and this says where it goes.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -24,13 +25,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 library: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m library; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -m library; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
 
 # Every figure of sweeps/ at SCALE (smoke, reduced or paper), pages in docs/atlas; run again to resume.
 SCALE ?= reduced
@@ -38,7 +39,7 @@ atlas: $(STAMP)
 	$(BIN)/grokray atlas --scale $(SCALE) $(SPECS)
 
 reliability: $(STAMP)
-	$(BIN)/python -m pytest -q -m reliability; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -m reliability; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
 
 clean:
 	rm -rf $(VENV) mlruns mlflow.db grokray-results

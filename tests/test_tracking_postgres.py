@@ -1,6 +1,7 @@
 """MLflow on a real PostgreSQL on 127.0.0.1 (Debian's server binaries, started per test module): the cluster's
-recipe for the head (a role whose password only ~/.pgpass holds) and a sweep through a PostgreSQL-backed
-`mlflow server`. Skipped, with the reason, where PostgreSQL or its driver is not installed; CI installs both."""
+recipe for the head (a role whose password only ~/.pgpass holds). A sweep through a PostgreSQL-backed `mlflow server`
+is make reliability's (test_reliability.py: the 10^4 load test and the outage tests). Skipped, with the reason,
+where PostgreSQL or its driver is not installed; CI installs both."""
 
 import os
 import re
@@ -58,32 +59,3 @@ def test_the_cluster_recipe_reaches_postgres_with_the_pgpass_password_only(tmp_p
             assert password not in str(stored.params) + str(stored.tags)
         assert pg.sql("SELECT count(*) FROM runs")[0][0] == 1  # it went to PostgreSQL, as the mlflow role
         assert pg.sql("SELECT tableowner FROM pg_tables WHERE tablename = 'runs'")[0][0] == "mlflow"
-
-
-@pytest.fixture(scope="module")
-def postgres_server(tmp_path_factory):
-    with LocalPostgres() as pg, MlflowServer(tmp_path_factory.mktemp("pgserver"), pg.uri, workers=2) as server:
-        yield pg, server
-
-
-@pytest.mark.reliability  # ~70 s with its server; `make reliability` (and CI) runs it, keeping `make test` short
-def test_a_sweep_through_a_postgres_backed_server(local_ray, tmp_path, postgres_server):
-    from grokray.run.grid import run_sweep
-    from grokray.run.options import LaunchOptions
-    from grokray.spec import load_spec
-
-    pg, server = postgres_server
-    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=4"], scale="smoke")
-    summary = run_sweep(spec, LaunchOptions(tracking_uri=server.url, storage=str(tmp_path / "results"),
-                                           min_report_s=0.0, checkpoint_every=100, progress="never"))
-    assert summary.errored_trials == 0 and summary.configurations == 8
-    runs = pg.sql("SELECT r.run_uuid, r.status, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-                  "AND t.key = 'grokray.phase'")
-    assert len(runs) == 8 and all(status == "FINISHED" for _, status, _ in runs)
-    assert sorted(p for _, _, p in runs) == sorted(p for p, n in summary.phase_counts.items() for _ in range(n))
-    # every curve point exactly once: no (run, key, step) stored twice
-    dup = pg.sql("SELECT count(*) FROM (SELECT run_uuid, key, step FROM metrics GROUP BY run_uuid, key, step "
-                 "HAVING count(*) > 1) d")[0][0]
-    points = pg.sql("SELECT count(*) FROM metrics m JOIN tags t ON t.run_uuid = m.run_uuid "
-                    "AND t.key = 'grokray.phase' WHERE m.key = 'val/acc'")[0][0]
-    assert dup == 0 and points > 8 * 10

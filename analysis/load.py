@@ -11,6 +11,7 @@ final/..., steps_run.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -114,19 +115,19 @@ def _default_group_axes(df: pd.DataFrame, swept) -> list[str]:
     return added
 
 
-def runs_to_frame(runs: Iterable[RunRecord], narrow: bool = False) -> pd.DataFrame:
+def runs_to_frame(runs: Iterable[RunRecord], narrow: bool = False, keep: Iterable[str] = ()) -> pd.DataFrame:
     """One row per run (grokray.tracking.records.RunRecord).
 
     narrow: only what a phase diagram reads (the swept axes, DIAGRAM_PARAMS, the phase and crossings, the model;
     no run_id, name, status or start time), with repeated strings shared, so that a launch's close holds about
-    0.2 KB per run, not every param and metric.
+    0.2 KB per run, not every param and metric. keep: params a narrow frame keeps too (a user's --x and --y).
 
     Columns: run_id, parent_run_id, run_name, the params by dotted key (swept axes first; numeric where possible),
     phase, step_train, step_val (crossing steps at the threshold; 0.9 when several), gap, steps_run, final/...,
     other summary metrics (e.g. step_val_acc_0.9 under its own name), model, task, trial_key, pack_id, status,
     start_time. df.attrs: swept, log_axes (unions of the tags), params (param columns).
     """
-    frame = FrameBuilder(narrow)
+    frame = FrameBuilder(narrow, keep)
     for r in runs:
         frame.add(r)
     return frame.frame()
@@ -136,8 +137,9 @@ class FrameBuilder:
     """runs_to_frame a run at a time: a launch's close hands it each record of the one pass in which it ends and
     counts the children, so its diagram reads no run a second time (`add` per run, then `frame()` once)."""
 
-    def __init__(self, narrow: bool = False):
+    def __init__(self, narrow: bool = False, keep: Iterable[str] = ()):
         self.narrow = narrow
+        self.keep = frozenset(keep)
         self.columns: dict[str, list] = {}  # built a column at a time: a row's dict lives only while its run is read
         self.params_seen: dict[str, None] = {}
         self.swept: dict[str, None] = {}
@@ -151,11 +153,11 @@ class FrameBuilder:
         row = {} if narrow else {"run_id": r.run_id, "status": r.status, "start_time": r.start_ms,
                                  "run_name": r.name or tags.get("mlflow.runName")}
         for tag, col in _TAG_COLUMNS.items():
-            if not narrow or col in ("phase", "model", "task"):
+            if not narrow or col in ("phase", "model", "task", "parent_run_id"):
                 row[col] = None if tags.get(tag) is None else shared(tags[tag])
         run_swept = _json_list(tags.get(SWEPT_TAG))
         for k, v in r.params.items():
-            if not narrow or _diagram_param(k, run_swept):
+            if not narrow or k in self.keep or _diagram_param(k, run_swept):
                 self.params_seen.setdefault(k, None)
                 row[k] = shared(v) if isinstance(v, str) else v
         self.swept.update(dict.fromkeys(run_swept))
@@ -220,14 +222,15 @@ def _experiment_id(store, experiment: str) -> str:
 
 
 def load_runs(experiment: str | None = None, parent_run_id: str | None = None, tracking_uri: str | None = None, *,
-              latest_parent: bool = False, narrow: bool = False) -> pd.DataFrame:
+              latest_parent: bool = False, narrow: bool = False, keep: Iterable[str] = ()) -> pd.DataFrame:
     """Child runs (one per configuration) of an experiment or of one parent run, as a DataFrame (see runs_to_frame).
 
     experiment: spec name (or experiment id). All child runs of all its parent runs are returned, with a
     parent_run_id column; latest_parent=True keeps only the children of the most recently started parent.
     parent_run_id: one `grokray run`.
     tracking_uri: default MLFLOW_TRACKING_URI, else sqlite:///mlflow.db.
-    narrow: only the columns a phase diagram reads (runs_to_frame); one parent's runs are then streamed.
+    narrow: only the columns a phase diagram reads, and the params in keep (runs_to_frame); one launch's runs
+    are then streamed, never all held at once.
     """
     if (experiment is None) == (parent_run_id is None):
         raise ValueError("give exactly one of experiment= or parent_run_id=")
@@ -238,12 +241,12 @@ def load_runs(experiment: str | None = None, parent_run_id: str | None = None, t
     else:
         exp_id = _experiment_id(store, experiment)
         runs = _children_of_launches(store, exp_id, latest_parent)
-    df = runs_to_frame(runs, narrow=narrow)
+    df = runs_to_frame(runs, narrow=narrow, keep=keep)
     df.attrs.update(experiment_id=exp_id, tracking_uri=_uri(tracking_uri))
     return df
 
 
-def _children_of_launches(store, exp_id: str, latest_parent: bool) -> list[RunRecord]:
+def _children_of_launches(store, exp_id: str, latest_parent: bool) -> Iterable[RunRecord]:
     """Every child run of the experiment (of its latest parent only, with latest_parent). Where grokray's launches
     closed with a runs table, those are read instead of paging through every run; runs of parents without one
     (a launch still running, killed, or made before the tables) are read from the store."""
@@ -258,8 +261,13 @@ def _children_of_launches(store, exp_id: str, latest_parent: bool) -> list[RunRe
             runs = [r for r in runs if r.tags["mlflow.parentRunId"] == latest]
         return runs
     parents.sort(key=lambda p: p.start_ms or 0, reverse=True)
-    if latest_parent:  # the latest launch that made runs
-        return next((runs for runs in map(store.children, parents) if runs), [])
+    if latest_parent:  # the latest launch that made runs, streamed: 10^5 records are ~1 GB held at once
+        for parent in parents:
+            runs = store.iter_children(parent)
+            first = next(runs, None)
+            if first is not None:
+                return itertools.chain([first], runs)
+        return []
     runs = [r for p in parents for r in store.children(p)]
     return sorted(runs, key=lambda r: (-(r.start_ms or 0), r.run_id))  # the store's own order: newest first
 

@@ -156,7 +156,8 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     experiment: its latest parent run's configurations (all parents with all_parents=True; then the files are
     logged on the latest parent). parent_run_id: that `grokray run` (wins over experiment).
     compare_to: another experiment name (its latest parent) or a parent run id.
-    narrow: read only the columns the figures need (a launch's close at 10^5 runs); Analysis.runs is then narrow.
+    narrow: read only the columns the figures need (and x, y), a launch's runs streamed: a 10^5-run launch is
+    then ~0.2 KB a run, not every param and metric of every run (~1 GB). Analysis.runs is then narrow.
     runs: the parent's children already in hand (runs_to_frame's frame; a launch's close builds it as it counts
     them): nothing is read.
     """
@@ -164,9 +165,11 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     if runs is not None:
         df = runs
     elif parent_run_id is not None:
-        df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri, narrow=narrow)
+        df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri, narrow=narrow,
+                       keep=[a for a in (x, y) if a])
     elif experiment is not None:
-        df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents, narrow=narrow)
+        df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents, narrow=narrow,
+                       keep=[a for a in (x, y) if a])
     else:
         raise ValueError("give an experiment or a parent run id")
     if df.empty or df["phase"].notna().sum() == 0:

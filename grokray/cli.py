@@ -180,7 +180,7 @@ def _analyze(args) -> int:
     try:
         result = analyze(args.output, experiment=args.experiment, parent_run_id=args.parent, x=args.x, y=args.y,
                          compare_to=args.compare, tracking_uri=uri, representations=args.representations,
-                         log=not args.no_log, all_parents=args.all_parents)
+                         log=not args.no_log, all_parents=args.all_parents, narrow=not args.representations)
     except (KeyError, ValueError) as exc:  # the flag the message names (--x, --y), else where the runs came from
         text = str(exc).strip("'\"")
         flag, _, rest = text.partition(": ")

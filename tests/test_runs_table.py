@@ -131,3 +131,32 @@ def test_the_closes_diagram_comes_from_its_one_pass_over_the_children(launch, tm
                 log=False, narrow=True)
         assert logged.read_text() == (tmp_path / "again" / "cells.csv").read_text()
         assert len(pd.read_csv(logged)) == 8  # the smoke grid's cells, each over seeds 1 and 2
+
+
+def test_grokray_analyze_reads_the_latest_launch_narrow_and_streamed(launch, tmp_path, monkeypatch, capsys):
+    """`grokray analyze --experiment` reads its launch narrow, a run at a time from the latest parent's table (a
+    10^5-run launch held whole was ~1 GB): the same cells and counts as reading every column, logged on that
+    parent; an axis the user names that is not swept is kept."""
+    from analysis.pipeline import analyze
+    from grokray.cli import main
+
+    first, second = launch
+    uri = second.tracking_uri
+    full = analyze(tmp_path / "full", experiment="quickstart", tracking_uri=uri, log=False)
+
+    def held_whole(self, parent):
+        raise AssertionError("the latest launch's runs were held as one list")
+
+    monkeypatch.setattr(Store, "children", held_whole)
+    out = tmp_path / "cli"
+    assert main(["analyze", "--experiment", "quickstart", "--tracking-uri", uri, "-o", str(out)]) == 0
+    assert f"on parent run {second.parent_run_id}" in capsys.readouterr().out
+    assert (out / "cells.csv").read_text() == (tmp_path / "full" / "cells.csv").read_text()
+    again = analyze(tmp_path / "again", experiment="quickstart", tracking_uri=uri, log=False, narrow=True)
+    pd.testing.assert_frame_equal(again.grid.cells, full.grid.cells, check_exact=True)
+    pd.testing.assert_series_equal(again.counts, full.counts)
+    narrow = analyze(tmp_path / "narrow", experiment="quickstart", tracking_uri=uri, log=False, narrow=True,
+                     x="task.p", y="optim.decoder.lr")
+    assert "task.p" in narrow.runs and "final/train/acc" not in narrow.runs and len(narrow.runs) == 16
+    assert narrow.grid.cells["n"].sum() == 16 and set(narrow.grid.cells["task.p"]) == {10}
+    assert set(narrow.runs["parent_run_id"]) == {second.parent_run_id}

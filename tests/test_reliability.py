@@ -386,26 +386,41 @@ def test_load_2000_configurations_through_a_server(local_ray, tmp_path):
         srv.stop()
 
 
-def test_load_10000_configurations_through_a_postgres_server(local_ray, tmp_path):
-    """The cluster's tracking (an `mlflow server` on PostgreSQL), 10,000 configurations: every run present and
-    FINISHED with its phase, every series exactly the engine's record schedule, no point stored twice."""
-    from grokray.run.grid import run_sweep
+def test_load_10000_configurations_through_a_postgres_server(tmp_path):
+    """The cluster's tracking (an `mlflow server` on PostgreSQL), 10,000 configurations of bench_scale's sweep,
+    launched as a user launches it (`grokray run`, its own process): every run present and FINISHED with its phase,
+    every series exactly the engine's record schedule, no point stored twice; the launch's runs table exactly its
+    runs read one by one (issue 41); and the driver, sampled each second, growing at most 1 MB per 1,000
+    configurations while the launch runs (tests/test_scale.py holds the close's figure to the same slope)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_scale import Sampler, rss_slope_per_1000, spec_yaml
 
     reason = missing_reason()
     if reason:
         pytest.skip(f"no local PostgreSQL: {reason}")
-    overrides = ["phases.stop_when_classified=false", "seeds=[0]", "train.steps=20", "phases.budget=20",
-                 "model.hidden=[16]", "resources.pack_size=500", "train.curve_points_per_decade=8"]
-    spec = load_spec(QUICKSTART, overrides, scale="smoke")
-    spec.axes = {"optim.decoder.lr": [10 ** (-4 + 2 * i / 99) for i in range(100)],
-                 "optim.decoder.weight_decay": [i * 0.1 for i in range(100)]}
-    n = len(spec.points())
-    assert n == 10_000
+    n = 10_000
+    path = tmp_path / f"scale-{n}.yaml"
+    path.write_text(spec_yaml(n))
+    light = ["train.steps=20", "phases.budget=20", "train.curve_points_per_decade=8"]  # tracking, not training
+    spec = load_spec(path, light)
+    assert len(spec.points()) == n
     with LocalPostgres() as pg, MlflowServer(tmp_path, pg.uri, workers=4) as srv:
+        log = tmp_path / "launch.log"
         t0 = time.time()
-        summary = run_sweep(spec, sweep_options(tmp_path, srv.url, min_report_s=5.0))
+        with log.open("w") as out:
+            proc = subprocess.Popen([str(GROKRAY), "run", str(path), "--yes", "--tracking-uri", srv.url,
+                                     "--storage", str(tmp_path / "results"), "--progress", "always",
+                                     *(a for o in light for a in ("-s", o))],
+                                    stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        sampler = Sampler(proc.pid, log, n)
+        sampler.start()
+        code = proc.wait(timeout=3000)
         wall = time.time() - t0
-        assert summary.errored_trials == 0 and summary.configurations == n
+        sampler.stop = True
+        sampler.join()
+        assert code == 0, log.read_text()[-3000:]
+        slope = rss_slope_per_1000(sampler.samples, n)
+        assert slope <= 1.0, f"the driver grew {slope:.2f} MB per 1,000 configurations while the launch ran"
         role = "(SELECT run_uuid FROM tags WHERE key = 'grokray.role' AND value = 'configuration')"
         rows = pg.sql(f"SELECT r.status, p.value, k.value FROM runs r "
                       f"LEFT JOIN tags p ON p.run_uuid = r.run_uuid AND p.key = 'grokray.phase' "
@@ -429,11 +444,15 @@ def test_load_10000_configurations_through_a_postgres_server(local_ray, tmp_path
         from grokray.tracking.store import Store
 
         store = Store(srv.url)
-        assert store.run(summary.parent_run_id).tags[RUNS_SUMMARY_TAG] == str(n)
-        one_by_one = runs_to_frame(store.runs([summary.experiment_id], children_filter(summary.parent_run_id)))
-        pd.testing.assert_frame_equal(load_runs(parent_run_id=summary.parent_run_id, tracking_uri=srv.url),
+        exp_id = store.experiment_id(spec.name)
+        [parent] = store.runs([exp_id], "tags.`grokray.role` = 'parent'")
+        assert parent.tags[RUNS_SUMMARY_TAG] == str(n) and parent.status == "FINISHED"
+        one_by_one = runs_to_frame(store.runs([exp_id], children_filter(parent.run_id)))
+        pd.testing.assert_frame_equal(load_runs(parent_run_id=parent.run_id, tracking_uri=srv.url),
                                       one_by_one, check_exact=True)
         points = n * len(schedule) * len(series)
-        report("load_postgres", configurations=n, packs=summary.packs, wall_s=round(wall, 1),
-               runs_per_s=round(n / wall, 1), points=points, points_per_s=round(points / wall),
-               points_duplicated=0, machine=f"{os.cpu_count()}-core", server_workers=4)
+        peak = max(r for _, r, _ in sampler.samples) / 2**20
+        report("load_postgres", configurations=n, wall_s=round(wall, 1), runs_per_s=round(n / wall, 1),
+               points=points, points_per_s=round(points / wall), points_duplicated=0,
+               driver_mb_per_1000=round(slope, 2), driver_peak_mb=round(peak, 1),
+               machine=f"{os.cpu_count()}-core", server_workers=4)

@@ -7,7 +7,11 @@ decay x 10 seeds) once, then runs the close through an `mlflow server` on it (12
 does, in a fresh process per N, and prints its peak RSS above the process's start, and the slope per 1,000 runs;
 then `grokray analyze` of that launch (wall and peak RSS), which reads the runs table the close wrote.
 
-    .venv/bin/python benchmarks/bench_close.py [--n 1000,10000] [--table 10000,100000] [--work DIR]
+    .venv/bin/python benchmarks/bench_close.py [--n 1000,10000] [--copies] [--table 10000,100000] [--work DIR]
+
+The children are tagged by pack (1,000 a pack) and the close reads them pack by pack, as a grid's does.
+--copies: fill 1,000 children run by run and copy them in the SQLite file up to N (new run ids, trial keys and
+packs; weight decays shifted per copy, so the lattice grows with N as a launch's does): 10^5 in minutes.
 
 --table: `grokray analyze` of launches known only by their runs table (the close's artifact, records shaped as
 above), for sizes too large to fill the store with runs one by one.
@@ -32,13 +36,13 @@ from grokray.run.report import closing_runs, draw_diagram
 from grokray.tracking.parent import ParentRun
 from grokray.tracking.store import Store
 import analysis.pipeline, matplotlib.pyplot  # loaded before the baseline: a constant, not what grows
-uri, parent_id = sys.argv[1], sys.argv[2]
+uri, parent_id, packs = sys.argv[1], sys.argv[2], [f"pack-{k:04d}" for k in range(int(sys.argv[4]))]
 def rss(): return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 parent = ParentRun(uri, "close", sys.argv[3])
 parent.attach(Store(uri).run(parent_id))
 gc.collect(); start = rss(); t0 = time.time()
 runs = closing_runs()  # as Launch.close: one pass ends, counts and tables each child and hands it to the figure
-counts = parent._end_and_count_children(table=True, on_record=runs.add)
+counts = parent._end_and_count_children(table=True, on_record=runs.add, packs=packs)
 paging = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - start; t1 = time.time()
 line = draw_diagram(uri, parent_id, runs)
 close = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - start
@@ -56,6 +60,7 @@ print(json.dumps({"analyze_s": round(time.time() - t0, 1),
 
 
 PHASES = ("comprehension", "grokking", "memorization", "confusion")
+PACK = 1000  # children a pack
 
 
 def bench_spec(n: int):
@@ -78,6 +83,7 @@ def child(spec, i: int, parent: str) -> tuple[dict, dict, dict]:
     swept = ["optim.decoder.lr", "optim.decoder.weight_decay", "seed"]
     tags = clean({"mlflow.parentRunId": parent, "grokray.role": "configuration", "grokray.model": "toy",
                   "grokray.task": "addition", "grokray.trial_key": f"{i:016x}", "grokray.swept": swept,
+                  "grokray.pack_id": f"pack-{i // PACK:04d}",
                   "grokray.log_axes": ["optim.decoder.lr"], "grokray.phase": phase})
     metrics = {"train/acc": 0.1, "val/acc": 0.1, "train/loss": 1.0, "val/loss": 1.0, "weight_norm": 4.0,
                "rqi": 0.05, "final/train/acc": 0.1, "final/val/acc": 0.1, "final/train/loss": 1.0,
@@ -104,6 +110,31 @@ def fill(uri: str, n: int) -> str:
         client.log_batch(run, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
                          params=[Param(k, v) for k, v in params.items()])
         client.set_terminated(run, "FINISHED")
+    return parent
+
+
+def fill_by_copies(db: Path, n: int) -> str:
+    """A parent of n children: PACK of them run by run (fill), then copied in the SQLite file, copy c as pack c."""
+    import sqlite3
+
+    parent = fill(f"sqlite:///{db}", PACK)
+    con = sqlite3.connect(db)
+    con.execute("CREATE TEMP TABLE m AS SELECT run_uuid AS old, '' AS new FROM tags "
+                "WHERE key = 'mlflow.parentRunId' AND value = ?", (parent,))
+    value = {"tags": "CASE t.key WHEN 'grokray.trial_key' THEN t.value || printf('-%04d', :c) "
+                     "WHEN 'grokray.pack_id' THEN printf('pack-%04d', :c) ELSE t.value END",
+             "params": "CASE t.key WHEN 'optim.decoder.weight_decay' THEN CAST(CAST(t.value AS REAL) + 100 * :c AS "
+                       "TEXT) ELSE t.value END"}
+    for c in range(1, n // PACK):
+        con.execute("UPDATE m SET new = lower(hex(randomblob(16)))")
+        for table in ("runs", "tags", "params", "latest_metrics", "metrics"):
+            cols = [row[1] for row in con.execute(f"PRAGMA table_info({table})")]
+            picks = ["m.new" if col == "run_uuid" else value.get(table, "t.value") if col == "value" else f"t.{col}"
+                     for col in cols]
+            con.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(picks)} FROM {table} t "
+                        "JOIN m ON t.run_uuid = m.old", {"c": c})
+    con.commit()
+    con.close()
     return parent
 
 
@@ -147,6 +178,7 @@ def main() -> None:
     ap.add_argument("--table", default="", help="also `grokray analyze` of launches of these sizes known by their "
                                                   "runs table alone, e.g. 10000,100000")
     ap.add_argument("--work", default=None)
+    ap.add_argument("--copies", action="store_true", help="fill each N by copies of 1,000 children (see above)")
     args = ap.parse_args()
     sizes = [int(x) for x in args.n.split(",") if x]
     tables = [int(x) for x in args.table.split(",") if x]
@@ -157,7 +189,7 @@ def main() -> None:
     parents = {}
     for n in sizes:  # straight into the SQLite file: 20 ms a run, against 0.3 s through the server
         t0 = time.time()
-        parents[n] = (fill(store, n), time.time() - t0)
+        parents[n] = (fill_by_copies(work / "mlflow.db", n) if args.copies else fill(store, n), time.time() - t0)
     for n in tables:
         t0 = time.time()
         parents[("table", n)] = (table_only(store, n, work), time.time() - t0)
@@ -166,7 +198,8 @@ def main() -> None:
         rows = []
         for n in sizes:
             parent, filled = parents[n]
-            row = {"n": n, "fill_s": round(filled, 1), **run_json(CLOSE, server.url, parent, work / f"spool-{n}")}
+            row = {"n": n, "fill_s": round(filled, 1), **run_json(CLOSE, server.url, parent, work / f"spool-{n}",
+                                                                   -(-n // PACK))}
             # `grokray analyze` of the closed launch, as a user runs it: it reads the runs table the close wrote
             row.update(run_json(ANALYZE, server.url, parent, work / f"analyze-{n}"))
             rows.append(row)

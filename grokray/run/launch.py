@@ -275,7 +275,8 @@ class Launch:
         stop_beat()
         runs = None if self.kind == "search" else closing_runs()  # a search's figures are the study's
         closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics,
-                                   on_page=stop_beat, on_record=None if runs is None else runs.add)
+                                   on_page=stop_beat, on_record=None if runs is None else runs.add,
+                                   packs=self.every_pack(results))
         stop_beat()
         self.closed = True
         self.timings["finish"] = time.time() - t0
@@ -295,6 +296,13 @@ class Launch:
             undelivered_points=closed.undelivered_points, undelivered_batches=closed.undelivered_batches,
             timings=self.timings,
         )
+
+    def every_pack(self, results: list) -> list[str] | None:
+        """The pack id of every trial, when they are every pack with children under the parent (the close reads
+        them pack by pack): a grid's one Tune run, resumed or not, holds them all. An adaptive launch resumed
+        mid-way holds only its later rounds, and a search's trials are not packs: None (every child)."""
+        packs = [trial_name_of(r) for r in results]
+        return packs if self.kind == "grid" and packs and "?" not in packs and len(self.rounds) == 1 else None
 
 
 def trial_name_of(result) -> str:

@@ -130,7 +130,9 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
     for a in keys:
         if a not in df:
             raise KeyError(f"facet {a!r} is not a column")
-    runs = df[df["phase"].notna()].copy()
+    # only the columns read below: a copy of every column is the frame again (18 MB at 10^5 runs, in the close)
+    used = [c for c in dict.fromkeys([*keys, "phase", steps, "ideal_val_acc", "phases.threshold"]) if c in df]
+    runs = df.loc[df["phase"].notna(), used]
     runs.attrs = {}  # pandas deep-copies attrs on every operation: 14 of 48 s at 10^5 runs
     for a in keys:
         runs[a] = runs[a].map(canonical)

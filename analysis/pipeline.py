@@ -162,14 +162,14 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     them): nothing is read.
     """
 
+    axes = [a for a in (x, y) if a]  # a narrow read keeps the axes the user names
     if runs is not None:
         df = runs
     elif parent_run_id is not None:
-        df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri, narrow=narrow,
-                       keep=[a for a in (x, y) if a])
+        df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri, narrow=narrow, keep=axes)
     elif experiment is not None:
         df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents, narrow=narrow,
-                       keep=[a for a in (x, y) if a])
+                       keep=axes)
     else:
         raise ValueError("give an experiment or a parent run id")
     if df.empty or df["phase"].notna().sum() == 0:

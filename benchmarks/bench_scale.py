@@ -19,6 +19,7 @@ as its own process, as a user runs it; this script samples it from /proc while i
 finished trials in a journal file, and the time to load that study.
 
     .venv/bin/python benchmarks/bench_scale.py --n 1000,10000 [--store postgres|sqlite] [--search]
+    .venv/bin/python benchmarks/bench_scale.py --n 1000 --prefill 80000   # 10^3 against a store of 8·10^4 runs
 """
 
 from __future__ import annotations
@@ -237,6 +238,45 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
     }
 
 
+# -- a store that already holds many runs -----------------------------------------------------------------------
+PREFILL_SQL = """
+CREATE TEMP TABLE u AS SELECT i, md5(i::text || random()::text) AS id FROM generate_series(1, {runs}) i;
+INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id, status, start_time, end_time,
+  source_version, lifecycle_stage, artifact_uri, experiment_id)
+  SELECT id, 'r' || i, 'LOCAL', '', '', 'bench', 'FINISHED', 1700000000000 + i, 1700000001000 + i, '', 'active', '',
+  {experiment} FROM u;
+INSERT INTO tags (key, value, run_uuid) SELECT 'tag' || k, 'value-' || k, id FROM u, generate_series(0, 12) k;
+INSERT INTO tags (key, value, run_uuid) SELECT 'mlflow.parentRunId', '{parent}', id FROM u;
+INSERT INTO params (key, value, run_uuid) SELECT 'p' || k, random()::text, id FROM u, generate_series(0, 53) k;
+INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)
+  SELECT 'm' || k, random(), 1700000000000, 29, false, id FROM u, generate_series(0, 19) k;
+INSERT INTO metrics (key, value, timestamp, step, is_nan, run_uuid)
+  SELECT 'm' || k, random(), 1700000000000 + i * 1000 + s, s, false, id
+  FROM u, generate_series(0, 9) k, generate_series(0, 29) s
+"""
+
+
+def prefill(pg, uri: str, runs: int) -> float:
+    """`runs` finished runs under one parent in an experiment of their own, written by SQL, each with what a bench
+    launch's child holds (14 tags, 54 params, 20 latest metrics, 300 metric points; the 10^5 launch's store held
+    25.5 M points at 8·10^4 runs): the launches then measure what a store of that size costs them, in minutes
+    instead of the hours a 10^5 launch takes. Returns the seconds it took."""
+    import psycopg
+    from mlflow.tracking import MlflowClient
+
+    t0 = time.time()
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("prefill")
+    parent = client.create_run(experiment).info.run_id
+    with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="mlflow") as con:
+        for statement in PREFILL_SQL.format(runs=runs, experiment=experiment, parent=parent).split(";"):
+            if statement.strip():
+                con.execute(statement)
+    with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="mlflow", autocommit=True) as con:
+        con.execute("VACUUM ANALYZE")  # as autovacuum would have left a store filled over hours
+    return time.time() - t0
+
+
 # -- grokray ui's runs page, in a headless Chromium -------------------------------------------------------------
 def ui_runs_page_s(uri: str, experiment_id: str, work: Path, timeout_s: float = 120.0) -> float:
     """Seconds from navigating to the experiment's runs page until its table shows the launch (its parent run,
@@ -318,6 +358,8 @@ def main():
     ap.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
     ap.add_argument("--search", default="", help="finished trials to ask at, e.g. 1000,10000")
     ap.add_argument("--work", default=None, help="keep everything here (default: a temporary folder)")
+    ap.add_argument("--prefill", type=int, default=0, help="PostgreSQL: first fill the store with this many runs "
+                                                          "of another experiment (see prefill)")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="grokray-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -337,6 +379,10 @@ def main():
         with LocalPostgres() as pg:
             server = MlflowServer(work / "server", pg.uri, workers=2).start()
             try:
+                if args.prefill:
+                    seconds = prefill(pg, server.url, args.prefill)
+                    size = pg.sql("SELECT pg_size_pretty(pg_database_size('mlflow'))")[0][0]
+                    print(f"# prefilled {args.prefill} runs in {seconds:.0f} s; the store: {size}", flush=True)
                 rows = []
                 for n in ns:
                     rows.append(measure(n, server.url, work, server.proc.pid))

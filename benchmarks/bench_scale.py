@@ -20,6 +20,7 @@ finished trials in a journal file, and the time to load that study.
 
     .venv/bin/python benchmarks/bench_scale.py --n 1000,10000 [--store postgres|sqlite] [--search]
     .venv/bin/python benchmarks/bench_scale.py --n 1000 --prefill 80000   # 10^3 against a store of 8·10^4 runs
+        [--pg shared_buffers=2GB --pg max_wal_size=8GB]                      # PostgreSQL's settings
 """
 
 from __future__ import annotations
@@ -358,13 +359,15 @@ def main():
     ap.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
     ap.add_argument("--search", default="", help="finished trials to ask at, e.g. 1000,10000")
     ap.add_argument("--work", default=None, help="keep everything here (default: a temporary folder)")
+    ap.add_argument("--pg", action="append", default=[], metavar="SETTING=VALUE",
+                    help="a PostgreSQL setting, e.g. --pg shared_buffers=2GB (repeatable)")
     ap.add_argument("--prefill", type=int, default=0, help="PostgreSQL: first fill the store with this many runs "
                                                           "of another experiment (see prefill)")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="grokray-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"# bench_scale {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {os.cpu_count()} CPUs, "
-          f"store {args.store}, work {work}")
+          f"store {args.store}{' ' + ' '.join(args.pg) if args.pg else ''}, work {work}")
     if args.search:
         for row in measure_search([int(x) for x in args.search.split(",")], work):
             print(json.dumps(row), flush=True)
@@ -376,7 +379,7 @@ def main():
     else:
         from grokray.tracking.local_servers import LocalPostgres, MlflowServer
 
-        with LocalPostgres() as pg:
+        with LocalPostgres(settings=dict(kv.split("=", 1) for kv in args.pg)) as pg:
             server = MlflowServer(work / "server", pg.uri, workers=2).start()
             try:
                 if args.prefill:

@@ -57,7 +57,8 @@ def free_port() -> int:
 class LocalPostgres:
     """`with LocalPostgres() as pg: pg.uri` -> postgresql+psycopg://postgres@127.0.0.1:PORT/mlflow."""
 
-    def __init__(self, port: int | None = None, max_connections: int = 200, host_auth: str = "trust"):
+    def __init__(self, port: int | None = None, max_connections: int = 200, host_auth: str = "trust",
+                 settings: dict[str, str] | None = None):
         reason = missing_reason()
         if reason:
             raise RuntimeError(reason)
@@ -65,6 +66,7 @@ class LocalPostgres:
         self.port = port or free_port()
         self.max_connections = max_connections
         self.host_auth = host_auth  # TCP connections; "scram-sha-256" makes roles need their password
+        self.settings = dict(settings or {})  # more server settings (shared_buffers, max_wal_size, ...)
         self.dir = Path(tempfile.mkdtemp(prefix="grokray-pg-"))
         self.data = self.dir / "data"
         self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -82,7 +84,8 @@ class LocalPostgres:
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth-local=trust",
                   f"--auth-host={self.host_auth}", "--encoding=UTF8", "--no-sync")
         options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
-                   f"-c max_connections={self.max_connections} -c fsync=on -c synchronous_commit=on")
+                   f"-c max_connections={self.max_connections} -c fsync=on -c synchronous_commit=on"
+                   + "".join(f" -c {k}={v}" for k, v in self.settings.items()))
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.dir / "log"),
                   "-w", "-t", "60", "start")
         self._run(str(self.bin / "createdb"), "-h", str(self.dir), "-p", str(self.port), "-U", "postgres", DB)

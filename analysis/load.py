@@ -87,7 +87,26 @@ def _json_list(text: str | None) -> list[str]:
 
 
 def _numeric(col: pd.Series) -> pd.Series:
-    """Numbers where every present value is one ('1e-3', '45'); 'None' counts as missing; else the strings."""
+    """Numbers where every present value is one ('1e-3', '45'); 'None' counts as missing; else the strings.
+    Decided and parsed once per distinct value (a swept param has a few across 10^5 runs): a pass per run made
+    temporaries of every row, 50 MB at a 10^5-run close."""
+    codes, uniques = pd.factorize(col, use_na_sentinel=True)
+    values = [None if isinstance(v, str) and v in _NONE else v for v in uniques]
+    present = [v for v in values if v is not None]
+    if present and not any(isinstance(v, str) and v in ("True", "False") for v in present):
+        num = pd.to_numeric(pd.Series(present, dtype=object), errors="coerce")
+        if not num.isna().any():
+            parsed = iter(num.astype(float).tolist())
+            lookup = np.array([np.nan if v is None else next(parsed) for v in values] + [np.nan])
+            out = pd.Series(lookup[codes], index=col.index, name=col.name)  # code -1 (missing): the last, NaN
+            integers = all(isinstance(v, int | np.integer) or re.fullmatch(r"-?\d+", str(v)) for v in present)
+            return out.astype("int64") if integers and not out.isna().any() else out
+    return _numeric_by_row(col)
+
+
+def _numeric_by_row(col: pd.Series) -> pd.Series:
+    """_numeric a value at a time: what it returns when the column is not all numbers (the strings, 'None' as
+    missing)."""
     col = col.map(lambda v: None if v is None or (isinstance(v, str) and v in _NONE) else v)
     present = col.dropna()
     if present.empty:

@@ -131,7 +131,7 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
         if a not in df:
             raise KeyError(f"facet {a!r} is not a column")
     # only the columns read below: a copy of every column is the frame again (18 MB at 10^5 runs, in the close)
-    used = [c for c in dict.fromkeys([*keys, "phase", steps, "ideal_val_acc", "phases.threshold"]) if c in df]
+    used = [c for c in dict.fromkeys([*keys, "phase", steps, *UNDECODABLE_COLUMNS]) if c in df]
     runs = df.loc[df["phase"].notna(), used]
     runs.attrs = {}  # pandas deep-copies attrs on every operation: 14 of 48 s at 10^5 runs
     for a in keys:
@@ -201,6 +201,9 @@ def _cell_row(keys: list[str], key: tuple, phases: tuple[str, ...], phase: np.nd
     row.update({f"count_{p}": int(c[i]) for i, p in enumerate(phases)})
     row.update({f"vote_{p}": int(votes[i]) for i, p in enumerate(phases)})
     return row
+
+
+UNDECODABLE_COLUMNS = ("ideal_val_acc", "phases.threshold")  # what undecodable reads (phase_grid keeps them)
 
 
 def undecodable(runs: pd.DataFrame, threshold: float = 0.9) -> pd.Series:

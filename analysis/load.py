@@ -101,22 +101,8 @@ def _numeric(col: pd.Series) -> pd.Series:
             out = pd.Series(lookup[codes], index=col.index, name=col.name)  # code -1 (missing): the last, NaN
             integers = all(isinstance(v, int | np.integer) or re.fullmatch(r"-?\d+", str(v)) for v in present)
             return out.astype("int64") if integers and not out.isna().any() else out
-    return _numeric_by_row(col)
-
-
-def _numeric_by_row(col: pd.Series) -> pd.Series:
-    """_numeric a value at a time: what it returns when the column is not all numbers (the strings, 'None' as
-    missing)."""
-    col = col.map(lambda v: None if v is None or (isinstance(v, str) and v in _NONE) else v)
-    present = col.dropna()
-    if present.empty:
-        return col
-    num = pd.to_numeric(present, errors="coerce")
-    if num.isna().any() or present.isin(["True", "False"]).any():
-        return col
-    out = pd.to_numeric(col, errors="coerce").astype(float)
-    integers = present.map(lambda s: isinstance(s, int | np.integer) or re.fullmatch(r"-?\d+", str(s)) is not None)
-    return out.astype("int64") if integers.all() and not out.isna().any() else out
+    # not all numbers (or none present): the strings, 'None' as missing
+    return col.map(lambda v: None if v is None or (isinstance(v, str) and v in _NONE) else v)
 
 
 def _default_group_axes(df: pd.DataFrame, swept) -> list[str]:

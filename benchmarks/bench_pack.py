@@ -5,18 +5,21 @@ model-steps/s, the gain over the unpacked engine (K = 1), achieved matmul GFLOP/
 sgemm peak measured at the start of the same run. A plain PyTorch loop (nn.Module + torch.optim.AdamW, what a
 user would write) is measured too, as the outside reference. Warm-up steps are excluded. One thread.
 
-    .venv/bin/python benchmarks/bench_pack.py [--quick] [--compile] [--unfused] [--rqi] [--models toy32,...]
+    .venv/bin/python benchmarks/bench_pack.py [--quick] [--capture] [--unfused] [--rqi] [--models toy32,...]
                                               [--device cuda] [--ks 1,32,...]
 
-"eager" is the default engine (on a CPU, torch's fused Adam/AdamW kernel once per member row); --unfused adds
-the same pack with the optimizer written as ~11 elementwise passes over [K, P] (what the engine did before),
---compile the same with train.compile=true. --rqi adds the toy without its RQI curve (Liu's representation
+"eager" is the reference step (train.capture: eager; on a CPU, torch's fused Adam/AdamW kernel once per member
+row); --unfused adds the same pack with the optimizer written as ~11 elementwise passes over [K, P] (what the
+engine did before), --capture the same pack with train.capture: compiled (issue 50: forward, backward and updates
+compiled once by torch.compile, CUDA graphs on a GPU), side by side with eager at each K; its compilation is
+timed apart and left out of the rate. --rqi adds the toy without its RQI curve (Liu's representation
 quality index, measured at the record steps), to show what that curve costs.
 
 --methods (issue 37) measures instead each de-grokking method (Grokfast EMA and MA, ⊥Grad, the held weight norm,
 StableMax, Muon) against plain AdamW at each K, alternately in the same run.
 
 --device cuda (issue 29) runs the same on the GPU, K = 1, 32, 256, 1024, 4096 by default, with the fp32 matmul peak
+and the TF32 matmul peak
 measured there and the pack's peak GPU memory per K; a K that does not fit is reported as out of memory, not
 skipped, since what limits the largest K is one of the things measured.
 """
@@ -67,11 +70,16 @@ MODELS_TO_BENCH = {
 }
 
 
-def sgemm_peak(device: str) -> float:
+def sgemm_peak(device: str, precision: str = "highest") -> float:
+    """GFLOP/s of a large float32 matmul; precision "high" lets a CUDA card use TF32."""
     n = 1024 if device == "cpu" else 8192  # a GPU needs a large product to reach its peak
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    a @ b
-    best = min(_timed(lambda: a @ b, 5, device) for _ in range(3))
+    torch.set_float32_matmul_precision(precision)
+    try:
+        a @ b
+        best = min(_timed(lambda: a @ b, 5, device) for _ in range(3))
+    finally:
+        torch.set_float32_matmul_precision("highest")
     return 2 * n**3 / best / 1e9
 
 
@@ -151,13 +159,15 @@ def pack_rate(raw, overrides, k: int, seconds: float, variant: str, device: str 
         finally:
             ToyModel.embeddings = original
     over = [*overrides, "train.steps=1000000", "phases.budget=1000000"]
-    over += ["train.compile=true"] if variant == "compiled" else []
+    over += [f"train.capture={'compiled' if variant == 'compiled' else 'eager'}"]
     cfg = build_spec(raw, over).first_trial()
     trainer = PackTrainer([cfg] * k, device=device)
     if variant == "unfused":
         for opt in trainer.optimizers.values():
             opt.fused = None
+    warm = time.perf_counter()
     trainer.run(until=20)  # warm-up (and compilation) excluded
+    trainer.warmup_seconds = time.perf_counter() - warm
     _sync(device)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -206,7 +216,7 @@ def plain_torch_rate(raw, overrides, seconds: float, device: str = "cpu") -> flo
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="0.5 s per point instead of 3 s")
-    parser.add_argument("--compile", action="store_true", help="also measure train.compile=true (fused optimizer)")
+    parser.add_argument("--capture", action="store_true", help="also measure train.capture=compiled, beside eager")
     parser.add_argument("--unfused", action="store_true", help="also measure the unfused (11-pass) optimizer")
     parser.add_argument("--rqi", action="store_true", help="also measure the toy without its RQI curve")
     parser.add_argument("--models", default="toy32,toy200,quadratic,transformer",
@@ -223,8 +233,9 @@ def main():
     peak = sgemm_peak(args.device)
     cpu = f"{platform.processor() or platform.machine()}, 1 thread"
     where = torch.cuda.get_device_name(args.device) if gpu else cpu
+    tf32 = f", TF32 {sgemm_peak(args.device, 'high'):.1f}" if gpu else ""
     print(f"# {time.strftime('%Y-%m-%d')} {where}, torch {torch.__version__}; fp32 matmul peak (same run, same "
-          f"device): {peak:.1f} GFLOP/s")
+          f"device): {peak:.1f} GFLOP/s{tf32}")
     if args.methods:
         return methods_table(args.models.split(","), ks, seconds, args.device)
     memory = " peak GPU MiB |" if gpu else ""
@@ -238,7 +249,7 @@ def main():
         plain = plain_torch_rate(raw, overrides, seconds, args.device)
         if plain:
             print(f"| {name} | plain torch loop (reference) | 1 | {plain:,.0f} | | | |" + " |" * gpu)
-        variants = ["eager"] + ["unfused"] * args.unfused + ["compiled"] * args.compile
+        variants = ["eager"] + ["unfused"] * args.unfused + ["compiled"] * args.capture
         variants += ["no-rqi"] * (args.rqi and raw["model"]["name"] == "toy")
         base = {}
         for k in ks:
@@ -259,9 +270,13 @@ def row(name: str, variant: str, k: int, seconds: float, device: str, base: dict
         total = torch.cuda.mem_get_info(device)[1]
         return f"| {name} | {variant} | {k} | out of memory ({total / 2**30:.0f} GiB card) | | | | |"
     base.setdefault(variant, rate)
+    base[(variant, k)] = rate
     gflops = rate * matmul_flops_per_model_step(trainer) / 1e9
     memory = f" {torch.cuda.max_memory_allocated(device) / 2**20:,.0f} |" if gpu else ""
-    return (f"| {name} | {variant} | {k} | {rate:,.0f} | {rate / base[variant]:.1f} | {gflops:.1f} | "
+    label = variant
+    if variant == "compiled" and ("eager", k) in base:  # the captured step beside the eager one at this K
+        label = f"compiled: {rate / base[('eager', k)]:.2f}x eager (compiling {trainer.warmup_seconds:.0f} s)"
+    return (f"| {name} | {label} | {k} | {rate:,.0f} | {rate / base[variant]:.1f} | {gflops:.1f} | "
             f"{100 * gflops / peak:.0f}% |{memory}")
 
 

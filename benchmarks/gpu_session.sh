@@ -1,14 +1,17 @@
 #!/bin/bash
-# Issue 36 in one device call of at most 9 minutes: grokray on CUDA as a user runs it, through Ray Tune, MLflow and
-# Optuna carried in the bundle (benchmarks/gpu_bundle.py, built here into .whl/ and carried with `carry: [.whl]`).
+# Issues 36 and 50 in one device call of at most 9 minutes: grokray on CUDA as a user runs it, through Ray Tune,
+# MLflow and Optuna carried in the bundle (benchmarks/gpu_bundle.py, built here into .whl/, `carry: [.whl]`).
 #   1. install the bundle into /tmp/site
-#   2. the CUDA tests (pytest -m gpu), then bench_pack.py --device cuda
-#   3. the quickstart (Fig. 6b reduced: 5 x 4 cells x seeds 0-3, 1e4 steps) through `grokray atlas` (grokray run on
-#      Ray Tune, MLflow on SQLite) at 0.25 GPU a pack, compared run by run and cell by cell with the committed CPU page
-#   4. Fig. 6b at the paper budget (121 cells x seeds 0-3, 1e5 steps), the same way, with the GPU's utilisation and
-#      memory sampled; then, if time is left, seeds 0-7 so that every cell has 7 voting seeds
-#   5. if time is left, the Grokfast benchmark's published settings, one per method (sweeps/grokfast_*.yaml)
-#   6. everything packed into $OUT: session.txt (the summary), session.tgz (logs, pages, data CSVs, MLflow stores)
+#   2. the CUDA tests (pytest -m gpu: every family, the captured step against eager, tf32 and bf16)
+#   3. bench_pack.py --device cuda --capture: the captured step beside the eager one, the toy at K up to 1,024 and
+#      the Grokfast transformer at K up to 256, with the card's fp32 and TF32 matmul peaks measured in the same run
+#   4. Fig. 6b at the paper budget (121 cells x seeds 0-3, 1e5 steps) through `grokray atlas` (grokray run on Ray
+#      Tune, MLflow on SQLite), captured step, two packs on the card, with its utilisation and memory sampled,
+#      compared run by run and cell by cell with the committed CPU page
+#   5. if time is left, seeds 0-7 of Fig. 6b, so that every cell has 7 voting seeds
+#   6. the quickstart (Fig. 6b reduced: 5 x 4 cells x seeds 0-3, 1e4 steps), against its CPU page
+#   7. if time is left, benchmarks/compare_precision.py on the quickstart: fp32, tf32, bf16 phases on the card
+#   8. everything packed into $OUT: session.txt (the summary), session.tgz (logs, pages, data CSVs, MLflow stores)
 # Each step has its own time limit and the whole script a deadline, so a step that hangs leaves the others' figures.
 #
 #   device:           bash benchmarks/gpu_session.sh
@@ -20,29 +23,32 @@ cd "$(dirname "$0")/.."
 DEFAULT_DEADLINE=530   # seconds for the whole script; the device call's limit is 540-600
 source benchmarks/gpu_lib.sh
 if [ "$DEVICE" = cuda ]; then
-  SCALE_6B=paper GPU=0.25 QS_SEEDS=""
+  SCALE_6B=paper GPU=0.5 QS_SEEDS="" CAPTURE=compiled
 else  # the quickstart at seed 1 alone (20 configurations, ~1 min on 2 cores), so the comparison has runs to match
-  SCALE_6B=smoke GPU=0 QS_SEEDS="seeds=[1]"
+  SCALE_6B=smoke GPU=0 QS_SEEDS="seeds=[1]" CAPTURE=eager
 fi
 
 say "# gpu_session $(date -u +%FT%TZ) on $DEVICE, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 install_bundle
 
 if [ "$DEVICE" = cuda ]; then
-  step pytest-gpu 100 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
-  step bench-pack 90 "$PY" benchmarks/bench_pack.py --device cuda --quick
+  step pytest-gpu 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
+  step bench-pack-toy 80 "$PY" benchmarks/bench_pack.py --device cuda --quick --capture --models toy200 \
+    --ks 1,32,256,1024
+  step bench-pack-grokfast 100 "$PY" benchmarks/bench_pack.py --device cuda --quick --capture --models grokfast \
+    --ks 1,32,256
 else
   step pytest-gpu 60 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
-  step bench-pack 90 "$PY" benchmarks/bench_pack.py --device cpu --quick --models toy32 --ks 1,8
+  step bench-pack-toy 90 "$PY" benchmarks/bench_pack.py --device cpu --quick --capture --models toy32 --ks 1,8
 fi
-grep -E "^\|" "$W/logs/bench-pack.log" >> "$SUMMARY"
+grep -hE "^(\||# )" "$W"/logs/bench-pack-*.log >> "$SUMMARY"
 
 atlas() {  # atlas NAME SECONDS SPEC SCALE [ -s ... ]: one figure through grokray atlas, its own store and pages
   local name=$1 limit=$2 spec=$3 scale=$4; shift 4
   sample_gpu "$W/logs/$name-gpu.csv" & local sampler=$!
   step "$name" "$limit" "$PY" -m grokray atlas --scale "$scale" "$spec" -o "$W/atlas" \
     --tracking-uri "sqlite:///$W/$name.db" --storage "$RESULTS" --progress always \
-    -s "resources.gpu=$GPU" "$@"
+    -s "resources.gpu=$GPU" -s "train.capture=$CAPTURE" "$@"
   local rc=$?
   kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
   say "$name: $(gpu_figures "$W/logs/$name-gpu.csv")"
@@ -61,33 +67,26 @@ print(f"model-steps trained: {runs['steps_run'].sum():,.0f} in {len(runs)} runs"
 EOF
 }
 
-atlas quickstart 110 sweeps/quickstart.yaml reduced ${QS_SEEDS:+-s "$QS_SEEDS"}
-compare quickstart-reduced "$W/atlas/data/quickstart-reduced.csv"
-grep -E "wall time" "$W/atlas/quickstart-reduced.md" 2>/dev/null >> "$SUMMARY"
-
-atlas fig6b 240 sweeps/liu_fig6b_toy_regression.yaml "$SCALE_6B"
+atlas fig6b 150 sweeps/liu_fig6b_toy_regression.yaml "$SCALE_6B"
 compare "liu_fig6b_toy_regression-$SCALE_6B" "$W/atlas/data/liu_fig6b_toy_regression-$SCALE_6B.csv"
 grep -E "wall time" "$W/atlas/liu_fig6b_toy_regression-$SCALE_6B.md" 2>/dev/null >> "$SUMMARY"
 
 # seeds 4-7 beside 0-3 (seed 0's split is undecodable: 7 voters a cell), only if the first page left time for it
-if [ "$(left)" -gt 150 ]; then
+if [ "$(left)" -gt 200 ]; then
   mv "$W/atlas" "$W/atlas4"
-  atlas fig6b-seeds0-7 $(( $(left) - 15 )) sweeps/liu_fig6b_toy_regression.yaml "$SCALE_6B" \
+  atlas fig6b-seeds0-7 $(( $(left) - 80 )) sweeps/liu_fig6b_toy_regression.yaml "$SCALE_6B" \
     -s 'seeds=[0,1,2,3,4,5,6,7]'
   mv "$W/atlas" "$W/atlas8"; mv "$W/atlas4" "$W/atlas"
 else
   say "fig6b seeds 0-7: skipped, $(left) s left"
 fi
-# The de-grokking benchmark at the paper's scale (issue 37), as far as the time left allows: each method's
-# published setting alone (its enqueued trial 0, seeds 0-2), every method in one atlas call, so the methods page is
-# drawn when all of them finish. The full searches (24 trials each) are longer than a device call.
-if [ "$(left)" -gt 90 ]; then
-  BUDGET=$([ "$DEVICE" = cuda ] && echo 20000 || echo 100)
-  step grokfast-published $(( $(left) - 15 )) "$PY" -m grokray atlas --scale "$SCALE_6B" sweeps/grokfast_*.yaml \
-    -o "$W/atlas-grokfast" --tracking-uri "sqlite:///$W/grokfast.db" --storage "$RESULTS" --progress always \
-    -s "resources.gpu=$GPU" -s search.n_trials=1 -s search.max_concurrent=1 -s "train.steps=$BUDGET" \
-    -s "phases.budget=$BUDGET" -s search.asha=null
-  sed -n '/^| method/,/^$/p' "$W/atlas-grokfast/grokfast-methods-$SCALE_6B.md" 2>/dev/null >> "$SUMMARY"
-else
-  say "grokfast published settings: skipped, $(left) s left"
+atlas quickstart 70 sweeps/quickstart.yaml reduced ${QS_SEEDS:+-s "$QS_SEEDS"}
+compare quickstart-reduced "$W/atlas/data/quickstart-reduced.csv"
+grep -E "wall time" "$W/atlas/quickstart-reduced.md" 2>/dev/null >> "$SUMMARY"
+
+# train.precision against fp32 on the card: the quickstart's 80 runs, phase by phase (issue 50, item 3)
+if [ "$DEVICE" = cuda ] && [ "$(left)" -gt 40 ]; then
+  step precision $(( $(left) - 10 )) "$PY" benchmarks/compare_precision.py sweeps/quickstart.yaml --device cuda \
+    -s train.capture=compiled
+  grep -E "^(\||# )" "$W/logs/precision.log" >> "$SUMMARY"
 fi

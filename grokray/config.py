@@ -229,7 +229,11 @@ class TrainConfig:
     eval_every: int | Literal["auto"] = "auto"
     curve_points_per_decade: int = bounded(20, ge=1)
     dtype: Literal["float32", "float64"] = "float32"
-    compile: bool = False  # torch.compile the optimizer update into one fused kernel (first call compiles, ~20 s)
+    # eager: the reference step; compiled: forward, backward and updates captured once by torch.compile (CUDA
+    # graphs on a GPU) and reused; auto: the one measured faster on the device (grokray/capture.py)
+    capture: Literal["auto", "eager", "compiled"] = "auto"
+    # float32 packs: fp32 (the reference), tf32 matmuls (CUDA) or a bfloat16 forward (engine/precision.py)
+    precision: Literal["fp32", "tf32", "bf16"] = "fp32"
     # Omnigrok's constraint: after every update the total weight norm is rescaled to its initial value, or to the
     # given number (per member). free: no constraint.
     weight_norm: float | Literal["free", "initial"] = "free"
@@ -240,6 +244,9 @@ class TrainConfig:
             raise SpecError(f"{path}.batch_size", f"got {self.batch_size}; must be >= 1 or 'full'")
         if isinstance(self.eval_every, int) and self.eval_every < 1:
             raise SpecError(f"{path}.eval_every", f"got {self.eval_every}; must be >= 1 or 'auto'")
+        if self.precision != "fp32" and self.dtype == "float64":
+            raise SpecError(f"{path}.precision", f"got {self.precision!r} with dtype float64; allowed: fp32 (tf32 and "
+                            "bf16 lower a float32 pack's arithmetic)")
         if isinstance(self.weight_norm, float) and not self.weight_norm > 0:
             raise SpecError(f"{path}.weight_norm", f"got {self.weight_norm}; must be > 0, 'initial' or 'free'")
 

@@ -60,6 +60,29 @@ def test_the_cost_probe_times_a_pack_on_cuda():
     assert make_trainer([example(FAMILIES[0])], device="cuda").device.type == "cuda"
 
 
+@pytest.mark.parametrize("name", ["toy", "transformer"])
+def test_the_captured_step_trains_on_cuda_as_the_eager_step(name):
+    """train.capture: compiled on the card (CUDA graphs for the forward and backward) against eager, float64."""
+    from test_capture import family_pack
+
+    eager, captured = (PackTrainer(family_pack(name, mode), device="cuda") for mode in ("eager", "compiled"))
+    for trainer in (eager, captured):
+        trainer.run()
+    assert not captured.forward.failed
+    for a, b in zip(eager.results(), captured.results(), strict=True):
+        assert (a.phase, a.step_train, a.step_val, a.steps_run) == (b.phase, b.step_train, b.step_val, b.steps_run)
+        assert a.curve["train/acc"][-1] == pytest.approx(b.curve["train/acc"][-1], abs=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_a_lower_precision_trains_on_cuda(precision):
+    cfg = example("toy", f"train.precision={precision}", "train.steps=200", "phases.budget=200")
+    trainer = PackTrainer([cfg], device="cuda")
+    trainer.run()
+    loss = trainer.results()[0].curve["train/loss"]
+    assert loss[-1] < loss[0]
+
+
 def test_a_dry_run_sizes_packs_from_this_cards_memory_and_times_them_there():
     from pathlib import Path
 
@@ -71,7 +94,7 @@ def test_a_dry_run_sizes_packs_from_this_cards_memory_and_times_them_there():
     plan = expand(spec, slots=4)
     free = torch.cuda.mem_get_info()[0]
     assert plan.gpu_free_bytes is not None and abs(plan.gpu_free_bytes - free) < 0.1 * free
-    assert len(plan.packs) == 4
+    assert len(plan.packs) == 2  # two large packs a card (plan.expand.GPU_PACKS_PER_CARD), not one per slot
     est = estimate_plan(plan, cpus=16, gpus=1)
     assert torch.cuda.get_device_name() in est.basis and "measured" in est.basis
     assert "GiB" in est.packing and est.slots == 4
@@ -89,7 +112,7 @@ def test_a_quarter_gpu_share_trains_four_packs_at_once_on_the_card(tmp_path):
     from grokray.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml",
-                     ["resources.gpu=0.25", "train.steps=6000", "phases.budget=6000", "seeds=[1]",
+                     ["resources.gpu=0.25", "resources.pack_size=5", "train.steps=6000", "phases.budget=6000", "seeds=[1]",
                       "phases.stop_when_classified=false"])  # 20 configurations: four packs of five
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)

@@ -1,7 +1,7 @@
 """`pack_size: auto`: K follows the member's footprint, bounded by the sweep size and the family's limit."""
 
 from grokray.engine import PackTrainer
-from grokray.engine.sizing import CPU_WORKING_SET, MAX_PACK, auto_pack_size, member_bytes
+from grokray.engine.sizing import CPU_WORKING_SET, MAX_GPU_PACK, MAX_PACK, auto_pack_size, member_bytes
 from grokray.spec import build_spec
 
 TOY = {
@@ -43,7 +43,7 @@ def test_auto_pack_on_a_gpu_follows_the_devices_free_memory():
     assert k == members_that_fit(need, free, 0.5) == int(free * GPU_FRACTION * 0.5 // need)
     assert auto_pack_size(cfg(), 10_000, "cuda", gpu_fraction=0.5, free_bytes=2 * free) in (2 * k, 2 * k + 1)
     assert auto_pack_size(cfg(), 10_000, "cuda", gpu_fraction=0.25, free_bytes=free) in (k // 2, k // 2 + 1)
-    assert auto_pack_size(cfg(), 10_000, "cuda", free_bytes=80 * 2**30) == MAX_PACK  # a whole H100: the cap
+    assert auto_pack_size(cfg(), 10_000, "cuda", free_bytes=80 * 2**30) == MAX_GPU_PACK  # a whole H100: the cap
     assert auto_pack_size(cfg(), 10_000, "cuda", free_bytes=need) == 1  # never below one member
     assert k > auto_pack_size(cfg(), 10_000, "cpu")  # a GPU packs far more than the CPU's cache-sized rule
 
@@ -60,3 +60,22 @@ def test_a_gpu_sweep_is_dealt_into_packs_the_card_holds():
     assert [len(p.members) for p in big.packs] == [120]
     shared = expand(spec, slots=2, gpu_free_bytes=4000 * need)  # gpu: 0.5, two slots a card: two packs share it
     assert [len(p.members) for p in shared.packs] == [60, 60]
+
+
+def test_a_small_gpu_share_still_deals_a_few_large_packs_a_card():
+    """gpu: 0.08 gives a card 12 slots; auto deals two packs a card, not twelve small ones (issue 50: twelve
+    small packs kept an H200 27-57 % busy), and the dry-run says so."""
+    from grokray.plan.estimate import packing_reason
+    from grokray.plan.expand import GPU_PACKS_PER_CARD, expand
+
+    spec = build_spec({**TOY, "sweep": {"optim.decoder.lr": {"logspace": [-4, -2, 40]}}, "seeds": [0, 1, 2],
+                       "resources": {"gpu": 0.08}})
+    need = member_bytes(PackTrainer([spec.first_trial()]))
+    one_card = expand(spec, slots=12, gpu_free_bytes=10**5 * need)
+    assert GPU_PACKS_PER_CARD == 2 and [len(p.members) for p in one_card.packs] == [60, 60]
+    two_cards = expand(spec, slots=25, gpu_free_bytes=10**5 * need)
+    assert [len(p.members) for p in two_cards.packs] == [30] * 4
+    tight = expand(spec, slots=12, gpu_free_bytes=200 * need)  # 200 * 0.5 * 0.08 = 8 members fit a pack
+    assert max(len(p.members) for p in tight.packs) <= 8 and sum(len(p.members) for p in tight.packs) == 120
+    reason = packing_reason(one_card, 12)
+    assert "dealt into at least 2 packs (2 a card" in reason and f"up to {MAX_GPU_PACK}" in reason

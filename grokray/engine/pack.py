@@ -14,16 +14,19 @@ import warnings
 
 import torch
 
+from ..capture import Captured, capture_mode, step_boundary
 from ..models import MODELS
-from ..optim import GroupOptimizer, MemberRandom
+from ..optim import MemberRandom
 from ..optim.degrok import hold_weight_norm_
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
 from .checkpoint import load_pack_state, pack_state_dict
 from .curves import member_curve
 from .memory import keep_freed_memory
+from .pack_setup import group_optimizers, measuring, norm_targets, pack_member_bytes
+from .precision import forward_context, use_matmul_precision
 from .result import METRICS, MemberResult, pack_signature
-from .schedule import auto_eval_every, record_steps
+from .schedule import record_steps
 from .splits import draw_splits, ideal_val_accuracies, member_splits
 from .states import pack_member_states
 
@@ -74,20 +77,12 @@ class PackTrainer:
         width = self.train_idx.shape[1]
 
         train = first.train
+        self.precision = train.precision
+        self.capture = capture_mode(train.capture, self.device)
+        captured = self.capture == "compiled"
         self.full_batch = train.batch_size == "full"
         self.batch_size = width if self.full_batch else int(train.batch_size)
-        # Full batch, small data: every member is measured on all its points every step, so crossings are exact.
-        # "joint": one forward over all N points is both the training forward and the evaluation. "split", for
-        # families whose backward over held-out rows costs more than a second, gradient-free forward over them
-        # (the transformer: 1.4-1.5x faster at fraction 0.5): training rows forward and backward, held-out rows
-        # forward only.
-        every_step = self.full_batch and not self.model.uses_dropout and n <= max(4096, 2 * width)
-        self.joint = every_step and self.family.joint_forward
-        self.split = every_step and not self.family.joint_forward
-        gaps = [c.phases.gap for c in configs]
-        self.eval_every = (
-            1 if every_step else (train.eval_every if train.eval_every != "auto" else auto_eval_every(min(gaps)))
-        )
+        self.joint, self.split, self.eval_every = measuring(configs, self.model, self.family, n, width)
         self.check_every = 1 if self.device.type == "cpu" else 16
         self.max_steps = [c.budget_steps for c in configs]
         self.total = max(self.max_steps)
@@ -97,24 +92,8 @@ class PackTrainer:
         self.record_set = set().union(*self.member_records)
         self.threshold = torch.tensor([c.phases.threshold for c in configs], dtype=torch.float64, device=self.device)
 
-        self.optimizers = {}
-        for gi, g in enumerate(self.family.groups):
-            if g in self.model.flat:
-                self.optimizers[g] = GroupOptimizer(
-                    self.model.flat[g],
-                    self.model.flat_grad[g],
-                    [c.optim[g] for c in configs],
-                    [c.seed for c in configs],
-                    salt=gi + 1,
-                    pad_mask=self.model.pad_masks.get(g),
-                    compile=train.compile,
-                    segments=[(a, b, shape) for group, a, b, shape in self.model.layout.values() if group == g],
-                )
-        # Omnigrok's constraint: each member's total weight norm held at its target after every update (NaN: free).
-        targets = [math.nan if c.train.weight_norm == "free" else c.train.weight_norm for c in configs]
-        initial = self.model.weight_norm().tolist()
-        self.norm_target = torch.tensor([initial[k] if t == "initial" else t for k, t in enumerate(targets)],
-                                        dtype=torch.float64, device=self.device)
+        self.optimizers = group_optimizers(self.model, self.family, configs, compile=captured)
+        self.norm_target = norm_targets(self.model, configs, self.device)
         self.holds_norm = bool((~torch.isnan(self.norm_target)).any())
         if first.train.softmax == "stablemax":
             self.model.head.stablemax = True  # checked at parse time: the family's head is a cross-entropy one
@@ -135,7 +114,10 @@ class PackTrainer:
         self.members = list(range(K))  # original index of each row still in the pack (see _compact)
         self.finished: dict[int, MemberResult] = {}  # results of members compacted out of the pack
         self.all_configs = list(configs)
-        self.compact = not train.compile  # a compiled update would recompile for every new pack shape
+        # Captured, a pack compacts when half of it has stopped (a new shape costs a compilation); eager, a quarter.
+        self.compact_share = (1, 2) if captured else (3, 4)
+        self.forward = Captured(self._forward, "the step's forward", self.device.type == "cuda") if captured \
+            else self._forward
         self.curve_steps: list[int] = []
         self.curve_rows: list[torch.Tensor] = []  # [K, n_metrics] per recorded step, moved to CPU at checks
         self._joint_xy = None
@@ -153,7 +135,8 @@ class PackTrainer:
         return self._per_sample_xy(self.x[idx], self.y[idx], rng)
 
     def _per_sample_xy(self, x, y, rng=None):
-        return self.model.head.per_sample(self.model(x, rng), y)
+        with forward_context(self.precision, self.device):
+            return self.model.head.per_sample(self.model(x, rng), y)
 
     def all_points(self):
         """x and y of all N points for every member, [K, N, ...]: the same tensors every step until the pack
@@ -197,62 +180,83 @@ class PackTrainer:
 
     def _metrics_row(self, train_loss, train_acc, val_loss, val_acc, with_norm=True):
         nan = torch.full((self.K,), math.nan, dtype=torch.float64, device=self.device)
-        cols = [train_loss, train_acc, val_loss, val_acc]
-        cols = [nan if c is None else c.double() for c in cols]
-        if cols[2] is not nan:
-            cols[2] = torch.where(self.has_val, cols[2], nan)
-            cols[3] = torch.where(self.has_val, cols[3], nan)
+        cols = [nan if c is None else c.double() for c in (train_loss, train_acc, val_loss, val_acc)]
+        cols[2:] = [torch.where(self.has_val, c, nan) for c in cols[2:]]  # NaN where a member has no held-out rows
+        return self._with_extra(torch.stack(cols, 1), with_norm)
+
+    def _with_extra(self, cols: torch.Tensor, with_norm: bool) -> torch.Tensor:
+        """[K, 4] measured columns -> a full metric row: the weight norm and the family's curves, or NaN."""
         if with_norm:
             with torch.no_grad():
                 extra = [self.model.weight_norm(), *self.model.diagnostics().values()]
-            return torch.stack([*cols, *(e.double() for e in extra)], 1)
-        return torch.stack([*cols, *[nan] * (len(self.metric_names) - len(cols))], 1)
+            return torch.cat([cols, torch.stack([e.double() for e in extra], 1)], 1)
+        return torch.cat([cols, cols.new_full((self.K, len(self.metric_names) - 4), math.nan)], 1)
 
-    def _measured_row(self, loss, correct, on_train, val_loss, val_correct, on_val, with_norm):
-        """Metric row from per-sample losses and correctness with 0/1 masks of each member's training and held-out
-        rows: counts divided once, in float64, so 9 of 10 correct is exactly 0.9."""
+    def _measured_cols(self, loss, correct, on_train, val_loss, val_correct, on_val):
+        """[K, 4] train loss, train acc, val loss, val acc from per-sample losses and correctness with 0/1 masks of
+        each member's training and held-out rows: counts divided once, in float64, so 9 of 10 correct is exactly
+        0.9 (NaN where a member has no held-out rows)."""
         n_train = self.n_train.double()
-        return self._metrics_row(
-            (loss.detach().double() * on_train).sum(1) / n_train,
-            (correct.double() * on_train).sum(1) / n_train,
-            (val_loss.detach().double() * on_val).sum(1) / self.n_val,
-            (val_correct.double() * on_val).sum(1) / self.n_val,
-            with_norm,
-        )
+        val = torch.stack([(val_loss.detach().double() * on_val).sum(1) / self.n_val,
+                           (val_correct.double() * on_val).sum(1) / self.n_val], 1)
+        return torch.cat([torch.stack([(loss.detach().double() * on_train).sum(1) / n_train,
+                                       (correct.double() * on_train).sum(1) / n_train], 1),
+                          torch.where(self.has_val.view(-1, 1), val, math.nan)], 1)
+
+    def _inputs(self):
+        """What this step's forward reads, gathered (and cached) outside it: the forward stays free of side effects."""
+        if self.joint:
+            x, y = self.all_points()
+            self.model.is_full_table(x)  # decided (and cached) here: a data-dependent test breaks a compiled graph
+            return x, y
+        if self.split:
+            return self._split_points()
+        return self._batch()
+
+    def _forward(self, inputs, rng):
+        """The step's forward: (each member's training loss [K], its measured columns [K, 4] or None).
+
+        Pure in the trainer's tensors (it mutates nothing), so `train.capture: compiled` compiles it as one graph,
+        with its backward (grokray/capture.py)."""
+        if self.joint:
+            loss, correct = self._per_sample_xy(*inputs, rng)
+            cols = self._measured_cols(loss, correct, self.train_mask_all, loss, correct, self.val_mask_all)
+            return (loss * self.w_train_all).sum(1), cols
+        if self.split:
+            xt, yt, xv, yv = inputs
+            w = self.train_w
+            loss, correct = self._per_sample_xy(xt, yt)
+            with torch.no_grad():
+                val_loss, val_correct = self._per_sample_xy(xv, yv)
+            cols = self._measured_cols(loss, correct, (w > 0).double(), val_loss, val_correct, self.val_valid)
+            return (loss * w).sum(1), cols
+        idx, w = inputs
+        loss, correct = self._per_sample(idx, rng)
+        train_loss = (loss * w).sum(1)
+        if not self.full_batch:
+            return train_loss, None
+        acc = (correct.double() * (w > 0)).sum(1) / self.n_train.double()
+        return train_loss, torch.stack([train_loss.detach().double(), acc, *[torch.full_like(acc, math.nan)] * 2], 1)
 
     def train_step(self):
         t = self.step
         record = t in self.record_set
         evaluate = t % self.eval_every == 0 or record
-        idx, w = self._batch()
+        step_boundary(self.device)
         rng = self.rng if self.model.uses_dropout else None
-        if self.joint:
-            loss, correct = self._per_sample_xy(*self.all_points(), rng)
-            train_loss = (loss * self.w_train_all).sum(1)
-            row = self._measured_row(loss, correct, self.train_mask_all, loss, correct, self.val_mask_all, record)
-        elif self.split:
-            xt, yt, xv, yv = self._split_points()
-            loss, correct = self._per_sample_xy(xt, yt)
-            train_loss = (loss * w).sum(1)
-            with torch.no_grad():
-                val_loss, val_correct = self._per_sample_xy(xv, yv)
-            row = self._measured_row(loss, correct, (w > 0).double(), val_loss, val_correct, self.val_valid, record)
+        train_loss, cols = self.forward(self._inputs(), rng)
+        if self.joint or self.split:
+            row = self._with_extra(cols, record)
+        elif evaluate:
+            row = self._metrics_row(*self._evaluate())
+        elif cols is not None:
+            row = self._with_extra(cols, False)
         else:
-            loss, correct = self._per_sample(idx, rng)
-            train_loss = (loss * w).sum(1)
-            if evaluate:
-                s = self._evaluate()
-                row = self._metrics_row(s[0], s[1], s[2], s[3])
-            elif self.full_batch:
-                row = self._metrics_row(
-                    train_loss.detach(), (correct.double() * (w > 0)).sum(1) / self.n_train.double(), None, None, False
-                )
-            else:
-                row = self._metrics_row(None, None, None, None, False)
+            row = self._metrics_row(None, None, None, None, False)
         self._observe(row, train_loss.detach(), t)
         if record and (not self.curve_steps or self.curve_steps[-1] != t):  # final_eval may have measured t
             self.curve_steps.append(t)
-            self.curve_rows.append(row.detach())
+            self.curve_rows.append(row.detach().clone())  # a CUDA graph's output is overwritten at its next replay
         self.model.zero_grad_flat()
         train_loss.sum().backward()
         member = (self.active & ~self.diverged).view(-1, 1)
@@ -306,16 +310,15 @@ class PackTrainer:
             for flat in self.model.flat.values():
                 flat.nan_to_num_(0.0, 0.0, 0.0)
         running = sum(act_k and self.stopped_at[m] is None for act_k, m in zip(act, self.members, strict=True))
-        if self.compact and 0 < running <= (3 * self.K) // 4:
+        num, den = self.compact_share
+        if 0 < running <= (num * self.K) // den:
             self._compact()
 
     def _compact(self):
-        """Drop stopped members from the stacked tensors, so their compute stops too: once a quarter of the pack
-        has stopped, so at most log_{4/3} K times. (Waiting for half cost whole sweeps: in Liu's grids ~40% of a
-        pack stops within a thousand steps and the rest runs to the budget, at the full pack's cost.)
-
-        Their results are computed now and kept; the rest computes exactly what it did, as members never interact.
-        """
+        """Drop stopped members from the stacked tensors, so their compute stops too: eager, once a quarter of the
+        pack has stopped (waiting for half cost whole sweeps: in Liu's grids ~40% of a pack stops within a thousand
+        steps, the rest runs to the budget); captured, once half has. Their results are kept; the rest computes
+        exactly what it did, as members never interact."""
         current = self._results_now()
         keep = [k for k, m in enumerate(self.members) if self.stopped_at[m] is None]
         for k, m in enumerate(self.members):
@@ -340,11 +343,7 @@ class PackTrainer:
         self.record_set = set().union(*self.member_records)
 
     def member_bytes(self) -> int:
-        """Bytes one member needs: params, grads and two moments, plus forward activations over its data."""
-        params = sum(p[0].numel() for p in self.model.parameters())
-        elem = 8 if self.dtype == torch.float64 else 4
-        width = sum(p.shape[-1] for p in self.model.parameters() if p.dim() == 3)
-        return elem * (4 * params + len(self.y) * max(width, 1) * 3)
+        return pack_member_bytes(self.model, self.optimizers.values(), self.dtype, len(self.y))
 
     def member_states(self) -> list[dict | None]:  # cropped to each member's own shapes (engine.states)
         return pack_member_states(self)
@@ -355,6 +354,7 @@ class PackTrainer:
     def run(self, until: int | None = None, on_check=None) -> bool:
         """Train until every member stopped (returns True) or `self.step == until` (returns False)."""
         stop = self.total if until is None else min(until, self.total)
+        use_matmul_precision(self.precision)
         while not self.done() and self.step < stop:
             self.train_step()
             ends = self.step in self.max_steps  # some member's last step: measure it, as it would be alone

@@ -12,6 +12,7 @@ from .trainers import make_trainer, max_pack_size
 CPU_WORKING_SET = 48 * 2**20  # bytes: stay near the last-level cache so stacking does not thrash memory
 GPU_FRACTION = 0.5  # of free device memory, leaving room for the other packs sharing the card
 MAX_PACK = 1024
+MAX_GPU_PACK = 4096  # a card's cores need thousands of the toy model's members to leave its launches behind
 PROBE_BYTES = 4 * 2**30  # address space a sizing probe or a calibration may add before it counts as a mistake
 
 
@@ -113,7 +114,7 @@ def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: fl
     """Pick K from a one-member probe of the model: cache-sized on CPU, memory-sized on a GPU.
 
     free_bytes: the GPU's free memory, measured where the packs will run (the driver of a cluster whose GPUs are
-    on other nodes asks one of them; see sweep.runner). None on a GPU: this process's own card, if it has one,
+    on other nodes asks one of them; see run.cluster). None on a GPU: this process's own card, if it has one,
     else the CPU rule."""
     cap = max_pack_size(config)
     if cap == 1 or n_configs <= 1:
@@ -122,11 +123,12 @@ def auto_pack_size(config, n_configs: int, device: str = "cpu", gpu_fraction: fl
     need = max(1, member_bytes(probe))
     if device.startswith("cuda") and free_bytes is None:
         free_bytes = local_gpu_free_bytes()
+    most = MAX_PACK
     if device.startswith("cuda") and free_bytes is not None:
-        k = members_that_fit(need, free_bytes, gpu_fraction)
+        k, most = members_that_fit(need, free_bytes, gpu_fraction), MAX_GPU_PACK
     else:
         k = int(CPU_WORKING_SET // need)
-    k = max(1, min(k, MAX_PACK, n_configs))
+    k = max(1, min(k, most, n_configs))
     return min(k, cap) if cap else k
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..capture import Captured
 from ..config import OptimConfig
 from . import primitives as P
 from .degrok import GradFilter, orthogonalize_
@@ -114,8 +115,8 @@ class GroupOptimizer:
         self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
         self._muon_scale()
         self._update = self._muon if self.kind == "muon" else UPDATES[self.kind]
-        if compile:  # one fused kernel instead of ~10 memory-bound passes (compiles once per pack shape)
-            self._update = torch.compile(self._update, dynamic=False, fullgraph=True)
+        if compile:  # train.capture: compiled: one fused kernel instead of ~10 memory-bound passes
+            self._update = Captured(self._update, f"the {self.kind} update")
         self.fused = None if compile or not adam else self._pick_fused(param.device)
         self.step_count = torch.zeros((), dtype=torch.float32, device=param.device)  # the fused kernels' step
         self._read_rows()
@@ -213,6 +214,11 @@ class GroupOptimizer:
         if self.kind == "adamw":
             P.decoupled_decay_(self.param, lr, h["weight_decay"])
         self.param.addcmul_(s, lr)
+
+    def tensors_per_parameter(self) -> int:
+        """Parameter-sized tensors this optimizer keeps per member across steps: its state, a filter's history."""
+        history = 0 if self.filter is None else 1 + (self.filter.window if self.filter.kind == "ma" else 0)
+        return sum(v is not None for v in self.state.values()) + history
 
     def select_members(self, idx: torch.Tensor, param, grad, pad_mask):
         """Follow a pack that dropped members: keep rows `idx` of every per-member tensor."""

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from ..engine.cost import StepCost, calibrate
 from ..engine.result import pack_signature
-from ..engine.sizing import AddressSpaceCap, cpu_pack_size_reason, local_gpu_name, out_of_memory
-from .expand import Pack, Plan, local_slots, model_steps
+from ..engine.sizing import MAX_GPU_PACK, AddressSpaceCap, cpu_pack_size_reason, local_gpu_name, out_of_memory
+from .expand import GPU_PACKS_PER_CARD, Pack, Plan, dealing_slots, local_slots, model_steps
 
 LONG_SHARE = 0.5  # members expected to train their whole budget, without history (measured: 0.15 to 0.85)
 PACK_START_S = 5.0  # a Tune trial: worker process, imports (torch, ray.tune, mlflow), pack built, runs opened
@@ -201,12 +201,15 @@ def packing_reason(plan: Plan, slots: int) -> str:
     if res.pack_size != "auto":
         return f"resources.pack_size: {res.pack_size}"
     if res.gpu > 0:
-        split = f", split to keep {slots} slots busy" if len(plan.packs) > 1 else ""
+        dealt = dealing_slots(plan.spec, slots)
+        split = (f", dealt into at least {dealt} packs ({GPU_PACKS_PER_CARD} a card, however small resources.gpu: "
+                 "a few large packs keep a card busy, many small ones leave it waiting on launches)"
+                 if len(plan.packs) > 1 else "")
         if plan.gpu_free_bytes is None:
             return ("auto: no CUDA device here to size from, so the CPU rule; on a GPU, as many members as the "
-                    "card's free memory holds")
+                    f"card's free memory holds{split}")
         return (f"auto: as many members as {min(1.0, res.gpu):g} of the GPU's free memory "
-                f"({plan.gpu_free_bytes / 2**30:.1f} GiB) holds{split}")
+                f"({plan.gpu_free_bytes / 2**30:.1f} GiB) holds, up to {MAX_GPU_PACK}{split}")
     with AddressSpaceCap():
         return "auto: " + cpu_pack_size_reason(plan.packs[0].members[0].config) + (
             f", split to keep {slots} slots busy" if len(plan.packs) > 1 else "")

@@ -140,12 +140,28 @@ def _deal(items: list, size: int) -> list[list]:
     return [items[i::count] for i in range(count)]
 
 
+GPU_PACKS_PER_CARD = 2  # one pack trains while the other reports, checkpoints or starts
+
+
+def dealing_slots(spec: Spec, slots: int) -> int:
+    """How many packs `pack_size: auto` deals a sweep into at least: one per slot on CPUs; on GPUs at most
+    GPU_PACKS_PER_CARD a card, however small `resources.gpu` is. Many small packs sharing a card keep it bound by
+    kernel launches and process starts (12 packs at 0.08: 27-57 % utilisation, benchmarks/README.md); a few
+    large ones give its cores the work."""
+    share = spec.resources.gpu
+    if share <= 0:
+        return slots
+    cards = max(1, round(slots * min(1.0, share)))
+    return min(slots, cards * GPU_PACKS_PER_CARD)
+
+
 def pack_size_for(spec: Spec, config: TrialConfig, n: int, slots: int, device: str,
                   gpu_free_bytes: int | None = None) -> int:
-    """resources.pack_size, or auto: what fits the device, but at least `slots` packs to keep every slot busy (on
-    a GPU too: `gpu: 0.25` means four packs share a card, so a sweep that fits one pack is dealt into four)."""
+    """resources.pack_size, or auto: what fits the device (on a GPU, its share of the card's free memory), but
+    dealt into at least `dealing_slots` packs, so every CPU slot, or each card twice, has one."""
     size = spec.resources.pack_size
     if size == "auto":
+        slots = dealing_slots(spec, slots)
         frac = min(1.0, spec.resources.gpu) if spec.resources.gpu > 0 else 1.0
         size = fitted_pack_size(config, n, device, frac, gpu_free_bytes)
         size = min(size, max(1, math.ceil(n / max(1, slots))))

@@ -1,0 +1,61 @@
+"""What a PackTrainer sets up besides its model and splits: how its steps measure, its optimizers, its norm targets.
+
+Each is decided once per pack from the configurations; engine/pack.py then only runs steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..optim import GroupOptimizer
+from .schedule import auto_eval_every
+
+
+def measuring(configs, model, family, n_points: int, width: int) -> tuple[bool, bool, int]:
+    """(joint, split, eval_every). Full batch, small data: every member is measured on all its points every step,
+    so crossings are exact. "joint": one forward over all N points is both the training forward and the
+    evaluation. "split", for families whose backward over held-out rows costs more than a second, gradient-free
+    forward over them (the transformer: 1.4-1.5x faster at fraction 0.5): training rows forward and backward,
+    held-out rows forward only. Otherwise a full evaluation every `eval_every` steps."""
+    train = configs[0].train
+    every_step = train.batch_size == "full" and not model.uses_dropout and n_points <= max(4096, 2 * width)
+    if every_step:
+        return family.joint_forward, not family.joint_forward, 1
+    gap = min(c.phases.gap for c in configs)
+    return False, False, train.eval_every if train.eval_every != "auto" else auto_eval_every(gap)
+
+
+def group_optimizers(model, family, configs, compile: bool) -> dict[str, GroupOptimizer]:
+    """One optimizer per parameter group the model has, each member with its own settings and noise stream."""
+    out = {}
+    for gi, g in enumerate(family.groups):
+        if g in model.flat:
+            out[g] = GroupOptimizer(
+                model.flat[g], model.flat_grad[g], [c.optim[g] for c in configs], [c.seed for c in configs],
+                salt=gi + 1, pad_mask=model.pad_masks.get(g), compile=compile,
+                segments=[(a, b, shape) for group, a, b, shape in model.layout.values() if group == g],
+            )
+    return out
+
+
+def norm_targets(model, configs, device) -> torch.Tensor:
+    """Omnigrok's constraint: each member's total weight norm held at its target after every update, [K] float64:
+    its initial norm, a given number, or NaN (free)."""
+    targets = [math.nan if c.train.weight_norm == "free" else c.train.weight_norm for c in configs]
+    initial = model.weight_norm().tolist()
+    return torch.tensor([initial[k] if t == "initial" else t for k, t in enumerate(targets)], dtype=torch.float64,
+                        device=device)
+
+
+def pack_member_bytes(model, optimizers, dtype, n_points: int) -> int:
+    """Bytes one member needs (what `pack_size: auto` divides memory by): its parameters and gradients, the state
+    each group's optimizer keeps per parameter (Adam's two moments, Grokfast-MA's window of gradients, ...), and
+    forward activations over its data."""
+    elem = 8 if dtype == torch.float64 else 4
+    params = sum(p[0].numel() for p in model.parameters())
+    per_group = {g: f.shape[1] for g, f in model.flat.items()}
+    state = sum(per_group[g] * opt.tensors_per_parameter() for g, opt in zip(model.flat, optimizers, strict=True))
+    width = sum(p.shape[-1] for p in model.parameters() if p.dim() == 3)
+    return elem * (2 * params + state + n_points * max(width, 1) * 3)

@@ -226,6 +226,9 @@ class OptimConfig:
 class TrainConfig:
     steps: int = bounded(100_000, ge=1, doc="optimizer steps (iterations for rfm)")
     batch_size: int | Literal["full"] = "full"
+    # iid: each batch drawn with replacement; epochs: each member's rows shuffled every epoch and cut into batches,
+    # the last smaller (a PyTorch DataLoader with shuffle=True, as the Grokfast benchmark draws them)
+    batches: Literal["iid", "epochs"] = "iid"
     eval_every: int | Literal["auto"] = "auto"
     curve_points_per_decade: int = bounded(20, ge=1)
     dtype: Literal["float32", "float64"] = "float32"
@@ -244,6 +247,9 @@ class TrainConfig:
             raise SpecError(f"{path}.batch_size", f"got {self.batch_size}; must be >= 1 or 'full'")
         if isinstance(self.eval_every, int) and self.eval_every < 1:
             raise SpecError(f"{path}.eval_every", f"got {self.eval_every}; must be >= 1 or 'auto'")
+        if self.batches == "epochs" and self.batch_size == "full":
+            raise SpecError(f"{path}.batches", "got 'epochs' with batch_size: full, where every step is one whole "
+                            "epoch; allowed: iid, or epochs with an integer batch_size")
         if self.precision != "fp32" and self.dtype == "float64":
             raise SpecError(f"{path}.precision", f"got {self.precision!r} with dtype float64; allowed: fp32 (tf32 and "
                             "bf16 lower a float32 pack's arithmetic)")

@@ -22,6 +22,7 @@ def pack_state_dict(trainer) -> dict:
         "model": {g: flat.clone() for g, flat in trainer.model.flat.items()},
         "optim": {g: o.state_dict() for g, o in trainer.optimizers.items()},
         "rng": trainer.rng.state_dict(),
+        "batches": trainer.batches.state_dict(),
         "cross_train": trainer.cross_train.clone(),
         "cross_val": trainer.cross_val.clone(),
         "diverged": trainer.diverged.clone(),
@@ -48,6 +49,7 @@ def load_pack_state(trainer, state: dict) -> None:
     for g, o in trainer.optimizers.items():
         o.load_state_dict(state["optim"][g])
     trainer.rng.load_state_dict(state["rng"])
+    trainer.batches.load_state_dict(state.get("batches", {}))  # absent before epoch batches: iid keeps none
     for name in ("cross_train", "cross_val", "diverged", "active", "last"):
         setattr(trainer, name, state[name].to(trainer.device))
     if "marks" in state:  # version 3; an older checkpoint's curves end at their last scheduled point

@@ -20,6 +20,7 @@ from ..optim import MemberRandom
 from ..optim.degrok import hold_weight_norm_
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
+from .batches import BATCHES
 from .checkpoint import load_pack_state, pack_state_dict
 from .curves import member_curve
 from .memory import keep_freed_memory
@@ -98,8 +99,8 @@ class PackTrainer:
         if first.train.softmax == "stablemax":
             self.model.head.stablemax = True  # checked at parse time: the family's head is a cross-entropy one
         self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
-        # Device-side state, read by the host only at checks.
-        self.step = 0
+        self.batches = BATCHES[train.batches](self.n_train.tolist(), self.batch_size, self.rng)  # engine/batches.py
+        self.step = 0  # the rest is device-side state, read by the host only at checks
         self.cross_train = torch.full((K,), -1, dtype=torch.long, device=self.device)
         self.cross_val = torch.full((K,), -1, dtype=torch.long, device=self.device)
         self.diverged = torch.zeros(K, dtype=torch.bool, device=self.device)
@@ -115,7 +116,7 @@ class PackTrainer:
         self.finished: dict[int, MemberResult] = {}  # results of members compacted out of the pack
         self.all_configs = list(configs)
         # Captured, a pack compacts when half of it has stopped (a new shape costs a compilation); eager, a quarter.
-        self.compact_share = (1, 2) if captured else (3, 4)
+        self.compact, self.compact_share = True, ((1, 2) if captured else (3, 4))  # compact: contracts.Trainer
         self.forward = Captured(self._forward, "the step's forward", self.device.type == "cuda") if captured \
             else self._forward
         self.curve_steps: list[int] = []
@@ -127,9 +128,7 @@ class PackTrainer:
     def _batch(self):
         if self.full_batch:
             return self.train_idx, self.train_w
-        u = self.rng.rand((self.batch_size,), torch.float64, self.device)
-        pos = (u * self.n_train.view(-1, 1)).long()
-        return torch.gather(self.train_idx, 1, pos), self.train_w.new_full(pos.shape, 1.0 / self.batch_size)
+        return self.batches.next(self.train_idx, self.n_train, self.train_w.dtype)
 
     def _per_sample(self, idx, rng=None):
         return self._per_sample_xy(self.x[idx], self.y[idx], rng)
@@ -311,7 +310,7 @@ class PackTrainer:
                 flat.nan_to_num_(0.0, 0.0, 0.0)
         running = sum(act_k and self.stopped_at[m] is None for act_k, m in zip(act, self.members, strict=True))
         num, den = self.compact_share
-        if 0 < running <= (num * self.K) // den:
+        if self.compact and 0 < running <= (num * self.K) // den:
             self._compact()
 
     def _compact(self):
@@ -335,6 +334,7 @@ class PackTrainer:
             setattr(self, name, [getattr(self, name)[k] for k in keep])
         self.curve_rows = [row.index_select(0, idx) for row in self.curve_rows]
         self.rng.select(keep)
+        self.batches.select(keep)
         self.model.select_members(idx)
         for g, opt in self.optimizers.items():
             opt.select_members(idx, self.model.flat[g], self.model.flat_grad[g], self.model.pad_masks.get(g))

@@ -19,16 +19,19 @@ import warnings
 import torch
 
 AUTO = {"cpu": "eager", "cuda": "eager"}  # measured choices per device type (benchmarks/README.md, issue 50)
-RECOMPILE_LIMIT = 64  # compiled shapes one function may keep: pack sizes in a worker, and each compaction's
+RECOMPILE_LIMIT = 64  # guard sets one compiled function may keep (families, dtypes, modes in one worker)
 _said: set[str] = set()
 
 
-def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
-    """Let one compiled function keep `limit` shapes. torch 2.13 has no public setting for it
-    (torch._dynamo.config.recompile_limit, default 8): a worker that trains packs of several sizes, each
-    compacting a few times, passes 8, after which dynamo would run the rest eagerly with only a log line.
-    tests/test_capture.py fails by name if torch renames it."""
+def configure_compiler(limit: int = RECOMPILE_LIMIT) -> None:
+    """Two settings torch 2.13 offers only in its private torch._dynamo.config (tests/test_capture.py fails by
+    name if torch renames them):
+    - force_parameter_static_shapes off: parameters' shapes may be symbolic like every other input's, so a pack
+      of another size (a new pack, or one that compacted) reuses the compiled code after at most one recompile
+      with the member axis dynamic, instead of compiling again at every size;
+    - recompile_limit raised from 8, after which dynamo would run the rest eagerly with only a log line."""
     config = torch._dynamo.config
+    config.force_parameter_static_shapes = False
     config.recompile_limit = max(config.recompile_limit, limit)
 
 
@@ -49,15 +52,16 @@ def say_once(message: str) -> None:
 class Captured:
     """`fn` compiled on first use, or `fn` itself if compiling it fails (the step then runs eagerly, said once).
 
-    Parameters keep static shapes under torch.compile, so each pack size (a new pack, or one that compacted)
-    compiles once more: packs compact only when half of them stopped (engine/pack.py), at most log2 K times.
+    dynamic=None: the first pack size compiles static, a second one recompiles once with the member axis dynamic,
+    and every later size reuses that (configure_compiler); a stopped member is masked by its learning rate until
+    a quarter of the pack has stopped, as in eager, so a pack compacts at most log_{4/3} K times.
     `cudagraphs` (CUDA, a function that mutates none of its inputs): replay it as a CUDA graph.
     """
 
     def __init__(self, fn, what: str, cudagraphs: bool = False):
         self.eager, self.what = fn, what
         mode = "reduce-overhead" if cudagraphs else None
-        allow_recompiles()
+        configure_compiler()
         self.compiled = torch.compile(fn, dynamic=None, mode=mode)
         self.failed = False
 

@@ -112,8 +112,8 @@ def test_a_quarter_gpu_share_trains_four_packs_at_once_on_the_card(tmp_path):
     from grokray.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml",
-                     ["resources.gpu=0.25", "resources.pack_size=5", "train.steps=6000", "phases.budget=6000", "seeds=[1]",
-                      "phases.stop_when_classified=false"])  # 20 configurations: four packs of five
+                     ["resources.gpu=0.25", "resources.pack_size=5", "train.steps=6000", "phases.budget=6000",
+                      "seeds=[1]", "phases.stop_when_classified=false"])  # 20 configurations: four packs of five
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:

@@ -115,8 +115,7 @@ class PackTrainer:
         self.members = list(range(K))  # original index of each row still in the pack (see _compact)
         self.finished: dict[int, MemberResult] = {}  # results of members compacted out of the pack
         self.all_configs = list(configs)
-        # Captured, a pack compacts when half of it has stopped (a new shape costs a compilation); eager, a quarter.
-        self.compact, self.compact_share = True, ((1, 2) if captured else (3, 4))  # compact: contracts.Trainer
+        self.compact = True  # contracts.Trainer: drop stopped members' rows once a quarter of the pack stopped
         self.forward = Captured(self._forward, "the step's forward", self.device.type == "cuda") if captured \
             else self._forward
         self.curve_steps: list[int] = []
@@ -309,15 +308,14 @@ class PackTrainer:
             for flat in self.model.flat.values():
                 flat.nan_to_num_(0.0, 0.0, 0.0)
         running = sum(act_k and self.stopped_at[m] is None for act_k, m in zip(act, self.members, strict=True))
-        num, den = self.compact_share
-        if self.compact and 0 < running <= (num * self.K) // den:
+        if self.compact and 0 < running <= (3 * self.K) // 4:
             self._compact()
 
     def _compact(self):
-        """Drop stopped members from the stacked tensors, so their compute stops too: eager, once a quarter of the
-        pack has stopped (waiting for half cost whole sweeps: in Liu's grids ~40% of a pack stops within a thousand
-        steps, the rest runs to the budget); captured, once half has. Their results are kept; the rest computes
-        exactly what it did, as members never interact."""
+        """Drop stopped members from the stacked tensors, so their compute stops too: once a quarter of the pack
+        has stopped, so at most log_{4/3} K times (waiting for half cost whole sweeps: in Liu's grids ~40% of a pack
+        stops within a thousand steps, the rest runs to the budget). Their results are kept; the rest computes
+        exactly what it did, as members never interact; a captured step reuses its code at the new size."""
         current = self._results_now()
         keep = [k for k, m in enumerate(self.members) if self.stopped_at[m] is None]
         for k, m in enumerate(self.members):

@@ -13,7 +13,7 @@ from ..errors import SpecError
 from . import MODELS
 from .base import PackedModel
 from .heads import ClassificationHead
-from .layers import ACTIVATIONS, layer_norm, linear, linear_init, normal
+from .layers import ACTIVATIONS, layer_norm, linear, linear_init, normal, uniform
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -40,6 +40,14 @@ class TransformerConfig:
     positional: Literal["learned", "none"] = "learned"
     layer_norm: bool = True
     op_token: bool = False  # sequence `a op b =` instead of `a b =`
+    # pre_ln: x + attn(ln1(x)), then x + mlp(ln2(x)); normed_residual: the stream itself is normalised first,
+    # x = ln1(x); x = x + attn(x); x = x + mlp(ln2(x)) (the Grokfast authors' block)
+    block: Literal["pre_ln", "normed_residual"] = "pre_ln"
+    # scaled: embeddings N(0, 1/d), every linear U(+-1/sqrt(fan_in)) with its bias; pytorch: torch's defaults for
+    # nn.Embedding (N(0, 1)) and nn.MultiheadAttention (Xavier-uniform projections, zero biases), as the Grokfast
+    # code leaves them
+    init: Literal["scaled", "pytorch"] = "scaled"
+    head: Literal["answers", "tokens"] = "answers"  # tokens: logits over every token (p + 2), as the Grokfast code
 
     def validate(self, path):
         if self.d_model % self.n_heads:
@@ -63,30 +71,38 @@ class TransformerModel(PackedModel):
         return any(c.dropout > 0 for c in self.configs)
 
     @staticmethod
+    def vocab(cfg, data) -> int:
+        return data.vocab_size + (2 if cfg.op_token else 1)  # symbols, '=', and optionally 'op'
+
+    @staticmethod
     def init_member(cfg, data, gen, init_scales):
         d, e, s = cfg.d_model, init_scales["embedding"], init_scales["decoder"]
-        seq = 4 if cfg.op_token else 3
-        vocab = data.vocab_size + (2 if cfg.op_token else 1)  # symbols, '=', and optionally 'op'
-        params = {
-            "tok": normal(gen, (vocab, d), 1 / math.sqrt(d)) * e,
-            "pos": normal(gen, (seq, d), 1 / math.sqrt(d)) * e,
-        }
+        seq, vocab = (4 if cfg.op_token else 3), TransformerModel.vocab(cfg, data)
+        torch_init = cfg.init == "pytorch"
+        std = 1.0 if torch_init else 1 / math.sqrt(d)
+        params = {"tok": normal(gen, (vocab, d), std) * e, "pos": normal(gen, (seq, d), std) * e}
         for i in range(cfg.n_layers):
             params[f"l{i}.ln1.w"], params[f"l{i}.ln1.b"] = torch.ones(d), torch.zeros(d)
-            params[f"l{i}.qkv.w"], params[f"l{i}.qkv.b"] = linear_init(gen, d, 3 * d, True, s)
-            params[f"l{i}.out.w"], params[f"l{i}.out.b"] = linear_init(gen, d, d, True, s)
+            if torch_init:  # nn.MultiheadAttention: Xavier-uniform in-projection, zero biases
+                params[f"l{i}.qkv.w"] = uniform(gen, (d, 3 * d), math.sqrt(6 / (4 * d))) * s
+                params[f"l{i}.qkv.b"] = torch.zeros(3 * d)
+                params[f"l{i}.out.w"], params[f"l{i}.out.b"] = linear_init(gen, d, d, False, s)[0], torch.zeros(d)
+            else:
+                params[f"l{i}.qkv.w"], params[f"l{i}.qkv.b"] = linear_init(gen, d, 3 * d, True, s)
+                params[f"l{i}.out.w"], params[f"l{i}.out.b"] = linear_init(gen, d, d, True, s)
             params[f"l{i}.ln2.w"], params[f"l{i}.ln2.b"] = torch.ones(d), torch.zeros(d)
             params[f"l{i}.fc1.w"], params[f"l{i}.fc1.b"] = linear_init(gen, d, cfg.d_mlp, True, s)
             params[f"l{i}.fc2.w"], params[f"l{i}.fc2.b"] = linear_init(gen, cfg.d_mlp, d, True, s)
         params["lnf.w"], params["lnf.b"] = torch.ones(d), torch.zeros(d)
-        params["unembed.w"] = linear_init(gen, d, data.num_classes, False, s)[0]
+        out = TransformerModel.vocab(cfg, data) if cfg.head == "tokens" else data.num_classes
+        params["unembed.w"] = linear_init(gen, d, out, False, s)[0]
         return params
 
     def make_head(self, configs, data, gens, dtype, device):
         self.eq_token = data.vocab_size
         self.op_token = data.vocab_size + 1
         self.dropout = torch.tensor([c.dropout for c in configs], dtype=dtype, device=device)
-        return ClassificationHead(data.num_classes)
+        return ClassificationHead(self.vocab(self.cfg, data) if self.cfg.head == "tokens" else data.num_classes)
 
     @staticmethod
     def cross_entropy(model, task) -> bool:
@@ -145,6 +161,8 @@ class TransformerModel(PackedModel):
             # residual for that position alone (every position still gives keys and values).
             keep = 1 if i == cfg.n_layers - 1 else T
             a = self.norm(h, f"l{i}.ln1")
+            if cfg.block == "normed_residual":
+                h = a  # the residual stream itself is normalised
             w, b = p(f"l{i}.qkv.w"), p(f"l{i}.qkv.b")
             queries = a if keep == T else a[:, :, T - keep :]
             q = linear(queries.reshape(K, B * keep, d), w[..., :d], b[:, :d]).view(K * B, keep, H, d // H)

@@ -215,8 +215,14 @@ class OptimConfig:
     filter_lambda: float = bounded(2.0, ge=0.0, doc="ema/ma: g <- g + lambda g_slow")
     filter_window: int = bounded(100, ge=1, le=10_000, doc="ma: g_slow is the mean of the last `window` gradients")
     orthogonal: bool = False  # ⊥Grad: each tensor's gradient without its component along the weights
+    # muon: which of the group's matrices take Muon's step, the rest AdamW's. hidden (common practice): all but
+    # the model's input embeddings and output head; all: every matrix
+    muon_on: Literal["hidden", "all"] = "hidden"
 
     def validate(self, path):
+        if self.muon_on != "hidden" and self.name != "muon":
+            raise SpecError(f"{path}.muon_on", f"got {self.muon_on!r} with optimizer {self.name!r}, where it does "
+                            "nothing; it needs name: muon")
         for i, b in enumerate(self.betas):
             if not 0.0 <= b < 1.0:
                 raise SpecError(f"{path}.betas[{i}]", f"got {b!r}; must be >= 0 and < 1")

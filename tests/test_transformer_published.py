@@ -7,6 +7,7 @@ The reference is torch's own nn.MultiheadAttention, nn.LayerNorm and nn.Linear w
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -83,3 +84,52 @@ def test_torchs_default_initialisation_has_its_statistics():
 def test_the_answers_head_keeps_p_classes():
     model, data = build(8, 2, 1, "model.head=answers")
     assert model(data.x[:5].unsqueeze(0)).shape[-1] == 7
+
+
+def muon_pack(*overrides):
+    from test_model_contract import example
+
+    from grokray.engine import PackTrainer
+
+    return PackTrainer([example("transformer", "optim.default.name=muon", "optim.default.momentum=0.95",
+                                "model.n_layers=1", *overrides)])
+
+
+def test_muon_takes_the_hidden_matrices_and_leaves_embeddings_and_head_to_adamw():
+    hidden, every = muon_pack(), muon_pack("optim.default.muon_on=all")
+    layout = hidden.model.layout
+
+    def names(trainer, group):
+        spans = {(a, b) for a, b, _ in trainer.optimizers[group].matrices}
+        return {n for n, (g, a, b, _) in layout.items() if g == group and (a, b) in spans}
+
+    assert names(hidden, "embedding") == set() and names(every, "embedding") == {"tok", "pos"}
+    assert names(hidden, "decoder") == {"l0.qkv.w", "l0.out.w", "l0.fc1.w", "l0.fc2.w"}
+    assert names(every, "decoder") == names(hidden, "decoder") | {"unembed.w"}
+    adamw = muon_pack("optim.default.name=adamw", "optim.default.momentum=0.0")
+    for trainer in (hidden, adamw):
+        trainer.run(until=1)
+    # the embeddings took AdamW's step (to rounding: fused kernel or not); a hidden matrix took Muon's
+    assert torch.allclose(hidden.model.p("tok"), adamw.model.p("tok"), atol=1e-6, rtol=0)
+    assert not torch.allclose(hidden.model.p("l0.fc1.w"), adamw.model.p("l0.fc1.w"), atol=1e-4, rtol=0)
+
+
+def test_muon_on_needs_muon():
+    from test_model_contract import example
+
+    from grokray.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        example("transformer", "optim.default.muon_on=all")
+    assert "muon_on" in str(err.value) and "name: muon" in str(err.value)
+
+
+def test_the_stablemax_loss_is_computed_in_float64():
+    from grokray.models.heads import ClassificationHead
+
+    head = ClassificationHead(5)
+    head.stablemax = True
+    logits = torch.tensor([[[30.0, -80.0, 0.5, 1.0, -1.0]]])  # float32 logits
+    loss, correct = head.per_sample(logits, torch.tensor([[1]]))
+    assert loss.dtype == torch.float64 and bool(correct[0, 0]) is False
+    assert loss.item() == pytest.approx(math.log(31 + 1 / 81 + 1.5 + 2 + 0.5) - math.log(1 / 81), rel=1e-12)

@@ -28,14 +28,18 @@ def measuring(configs, model, family, n_points: int, width: int) -> tuple[bool, 
 
 
 def group_optimizers(model, family, configs, compile: bool) -> dict[str, GroupOptimizer]:
-    """One optimizer per parameter group the model has, each member with its own settings and noise stream."""
-    out = {}
+    """One optimizer per parameter group the model has, each member with its own settings and noise stream.
+    Muon takes the group's hidden matrices (`muon_on: hidden`, common practice: the model's input embeddings and
+    output head go to AdamW) or all of them (`muon_on: all`)."""
+    out, io = {}, model.io_names()
     for gi, g in enumerate(family.groups):
         if g in model.flat:
+            named = [(name, (a, b, shape)) for name, (group, a, b, shape) in model.layout.items() if group == g]
+            hidden = configs[0].optim[g].muon_on == "hidden"
             out[g] = GroupOptimizer(
                 model.flat[g], model.flat_grad[g], [c.optim[g] for c in configs], [c.seed for c in configs],
-                salt=gi + 1, pad_mask=model.pad_masks.get(g), compile=compile,
-                segments=[(a, b, shape) for group, a, b, shape in model.layout.values() if group == g],
+                salt=gi + 1, pad_mask=model.pad_masks.get(g), compile=compile, segments=[s for _, s in named],
+                muon_segments=[s for name, s in named if not (hidden and name in io)],
             )
     return out
 

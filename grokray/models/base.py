@@ -182,6 +182,12 @@ class PackedModel(torch.nn.Module):
             out["rqi"] = representation_quality(emb[:, : meta["p"]], self._quads)
         return out
 
+    def io_names(self) -> set[str]:
+        """The parameters that read the inputs or write the outputs (Muon leaves them to AdamW by default):
+        the first and the last matrix of the model, in the order it declares them."""
+        matrices = [name for name, (_, _, _, shape) in self.layout.items() if len(shape) == 2]
+        return {matrices[0], matrices[-1]} if matrices else set()
+
     def embeddings(self) -> torch.Tensor | None:
         """[K, V, d] learned symbol embeddings for families that have them (Liu's RQI is measured on them)."""
         return None

@@ -28,8 +28,8 @@ class ClassificationHead(Head):
         self.out_dim = num_classes
 
     def per_sample(self, out, y):
-        if self.stablemax:
-            log_p = log_stablemax(out)
+        if self.stablemax:  # in float64, as Prieto et al. compute it: s(x) of a large negative logit underflows
+            log_p = log_stablemax(out.double())
             loss = -log_p.gather(-1, y.unsqueeze(-1)).squeeze(-1)
         else:
             loss = F.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)

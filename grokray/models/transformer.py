@@ -123,6 +123,9 @@ class TransformerModel(PackedModel):
     def symbol_weights(self):
         return self.p("tok")
 
+    def io_names(self):
+        return {"tok", "pos", "unembed.w"}  # token and position embeddings, the unembedding
+
     def embeddings(self):
         return self.p("tok")  # the operand tokens come first; '=' and the op token are past p
 

@@ -80,7 +80,8 @@ class GroupOptimizer:
 
     def __init__(self, param: torch.Tensor, grad: torch.Tensor, configs: list[OptimConfig], seeds: list[int],
                  salt: int, pad_mask: torch.Tensor | None = None, compile: bool = False,
-                 segments: list[tuple[int, int, tuple]] | None = None):
+                 segments: list[tuple[int, int, tuple]] | None = None,
+                 muon_segments: list[tuple[int, int, tuple]] | None = None):
         kinds = {c.name for c in configs}
         if len(kinds) != 1:
             raise ValueError(f"a pack shares one optimizer kind per group, got {sorted(kinds)}")
@@ -97,8 +98,9 @@ class GroupOptimizer:
         # De-grokking transforms of the gradient, before the update (optim/degrok.py): ⊥Grad per parameter tensor
         # (`segments` of the flat group; the whole group as one when not given), then Grokfast's filter.
         self.segments = segments or [(0, param.shape[1], (param.shape[1],))]
-        # Muon: the group's matrices (each member's tensor of 2 dimensions) take the orthogonalised momentum.
-        self.matrices = [(a, b, shape) for a, b, shape in self.segments
+        # Muon: the group's matrices (each member's tensor of 2 dimensions) take the orthogonalised momentum; of them,
+        # `muon_segments` when given (optim.<group>.muon_on: hidden leaves embeddings and the head to AdamW).
+        self.matrices = [(a, b, shape) for a, b, shape in (self.segments if muon_segments is None else muon_segments)
                          if self.kind == "muon" and len(shape) == 2 and min(shape) > 1]
         self.orthogonal = any(c.orthogonal for c in configs)
         kind = configs[0].grad_filter

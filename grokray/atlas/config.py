@@ -4,6 +4,8 @@
 atlas:
   axes: [optim.decoder.lr, optim.decoder.weight_decay]   # diagram x, y (default: the first two swept axes)
   view: diagram                  # or fraction: generalization rate against task.train_fraction (Liu Fig. 4)
+  differences:                   # how this setup differs from the paper's stated one ([]: it matches)
+    - "10^4 steps where the paper trains 10^5"
   pieces:                        # per scale: separate `grokray run`s in one experiment, analysed together
     paper:
       - {name: low-lr, take: {optim.decoder.lr: [0, 4]}, set: {seeds: [0, 1, 2]}}
@@ -26,7 +28,7 @@ from ..errors import SpecError
 from ..phases import PHASES
 
 VIEWS = ("diagram", "fraction")
-BLOCK_KEYS = ("axes", "view", "pieces", "regions", "compare")
+BLOCK_KEYS = ("axes", "view", "pieces", "regions", "compare", "differences")
 COMPARE_KEYS = ("page", "label", "published")
 PIECE_KEYS = ("name", "take", "set")
 
@@ -83,6 +85,9 @@ class AtlasConfig:
     pieces: dict[str, list[Piece]] = field(default_factory=dict)  # scale -> pieces (absent: one whole run)
     regions: list[Region] = field(default_factory=list)
     compare: Compare | None = None
+    # How the spec's setup differs from its source's stated one (every page lists them; [] where it matches;
+    # None: not yet audited, and the page says so)
+    differences: list[str] | None = None
 
     def pieces_for(self, scale: str) -> list[Piece]:
         return self.pieces.get(scale) or [Piece("all")]
@@ -157,4 +162,10 @@ def parse_atlas(raw, scales=("smoke", "reduced", "paper")) -> AtlasConfig:
                 lo, hi = _pair(span, f"{where}.{axis}")
                 bounds[axis] = (_bound(lo, f"{where}.{axis}[0]"), _bound(hi, f"{where}.{axis}[1]"))
         regions.append(Region(item["phase"], bounds))
-    return AtlasConfig(tuple(axes) if axes else None, view, pieces, regions, _compare(raw.get("compare")))
+    differences = raw.get("differences")
+    if differences is not None and (not isinstance(differences, list)
+                                    or not all(isinstance(d, str) and d for d in differences)):
+        raise SpecError("atlas.differences", f"expected a list of sentences ([] where the setup matches the paper), "
+                        f"got {differences!r}")
+    return AtlasConfig(tuple(axes) if axes else None, view, pieces, regions, _compare(raw.get("compare")),
+                       differences)

@@ -34,6 +34,7 @@ from .runner import PieceRecord
 
 INDEX = "README.md"
 RAN_HEADING = "## Runs and wall time"
+DIFFERENCES_HEADING = "## Differences from the paper"
 SEARCH_HEADING = "## Search"
 
 
@@ -265,6 +266,15 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     return page
 
 
+def differences_section(differences: list[str] | None) -> list[str]:
+    """What this run's setup changes from the paper's (atlas.differences), so a reader knows what the page shows."""
+    if differences is None:
+        return [DIFFERENCES_HEADING, "", "Not yet audited against the paper's stated setup.", ""]
+    if not differences:
+        return [DIFFERENCES_HEADING, "", "None: the setup is the paper's as stated.", ""]
+    return [DIFFERENCES_HEADING, "", *(f"- {d}" for d in differences), ""]
+
+
 def render_page(figure: Figure, df: pd.DataFrame, out: Path, notes_dir: str | Path | None, *,
                 ran: list[dict] | None, search: dict | None, kept: dict[str, list[str]] | None = None
                 ) -> tuple[Path, dict]:
@@ -277,6 +287,7 @@ def render_page(figure: Figure, df: pd.DataFrame, out: Path, notes_dir: str | Pa
              f"Spec `{figure.path.as_posix()}`, scale **{figure.scale}**; MLflow experiment `{figure.name}`.", "",
              "```bash", *_commands(figure), "```", "",
              "## What the paper shows", "", f"> {figure.expected or '(the spec header states no expectation)'}", "",
+             *differences_section(figure.config.differences),
              "## Runs and wall time", "", *(_ran_section(ran, df, figure) if ran is not None
                                             else kept[RAN_HEADING]),
              "## Phase counts", "", md_table(_counts_table(counts, len(df))), ""]

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .errors import Mistakes, SpecError
+from .errors import LaunchFinished, Mistakes, SpecError
 from .run.options import LaunchOptions
 from .run.signals import sigterm_as_ctrl_c
 from .supervisor import supervise, wanted, watch_supervisor
@@ -388,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         if len(exc.errors) > 1:
             print(f"grokray: {len(exc.errors)} mistakes; nothing was run", file=sys.stderr)
         return 2
+    except LaunchFinished as done:  # --resume of a finished launch: said, nothing changed
+        print(done)
+        return 0
     except KeyboardInterrupt:
         print("grokray: interrupted", file=sys.stderr)
         return 130

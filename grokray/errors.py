@@ -35,6 +35,11 @@ class SpecErrors(SpecError):
         return self._errors
 
 
+class LaunchFinished(Exception):
+    """`--resume` found the spec's latest launch closed as finished: there is nothing to continue, and its record
+    (times, description, figures) is left as it is. The CLI prints the message and exits 0."""
+
+
 class Mistakes:
     """Collects the SpecErrors of independent checks: `with m.check(): ...` per check, then `m.raise_any()`."""
 

@@ -90,3 +90,32 @@ def test_the_private_tune_handle_grokray_adapts_is_there(tmp_path):
     line = ProgressLine(1, 1.0, "never")
     assert hasattr(tuner, "_local_tuner"), "ray.tune.Tuner lost _local_tuner: see replace_restored_callbacks"
     assert replace_restored_callbacks(tuner, [line]) and tuner._local_tuner.get_run_config().callbacks == [line]
+
+
+def test_resume_of_a_finished_launch_says_so_and_changes_nothing(tmp_path):
+    """Issue 52: `--resume` after a launch closed as finished re-closed it, rewriting its duration, description
+    and figures. Now it says the launch is finished, exits 0 and leaves the parent as it was, to the byte."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    grokray = Path(sys.executable).with_name("grokray")
+    args = [str(grokray), "run", str(ROOT / "sweeps" / "quickstart.yaml"), "--scale", "smoke", "-s",
+            "train.steps=100", "-s", "phases.budget=100", "--tracking-uri", uri, "--storage", str(tmp_path / "r"),
+            "--progress", "never"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    first = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("quickstart")
+    [parent] = client.search_runs([exp.experiment_id], "tags.`grokray.role` = 'parent'")
+
+    def record(run_id):
+        run = client.get_run(run_id)
+        artifacts = sorted(a.path for folder in ("", "analysis") for a in client.list_artifacts(run_id, folder))
+        return (run.info.status, run.info.end_time, run.data.tags, run.data.metrics, artifacts,
+                (Path(client.download_artifacts(run_id, "analysis/phase_diagram.png", str(tmp_path)))).read_bytes())
+
+    before = record(parent.info.run_id)
+    again = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "finished" in again.stdout and parent.info.run_id in again.stdout and "changed nothing" in again.stdout
+    assert record(parent.info.run_id) == before
+    assert len(client.search_runs([exp.experiment_id], "tags.`grokray.role` = 'parent'")) == 1

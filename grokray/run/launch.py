@@ -23,11 +23,12 @@ from functools import partial
 import ray
 from ray import tune
 
-from ..errors import SpecError
+from ..errors import LaunchFinished, SpecError
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
+from ..tracking.schema import CONFIGURATIONS_TAG
 from ..tracking.uri import resolve_tracking_uri
 from .cluster import (
     busy_machine_note,
@@ -174,8 +175,15 @@ class Launch:
 
     def resume_parent(self, check=None):
         """The latest parent of this spec and kind, running again; SpecError('--resume') when there is none (or
-        `check(run)` refuses it)."""
+        `check(run)` refuses it); LaunchFinished, touching nothing, when it closed as finished (a finished launch's
+        record is never rewritten)."""
         run = self.parent.find(self.spec.hash(), self.kind)
+        if run is not None and run.status == "FINISHED":
+            ended = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.end_ms or 0) / 1e3))
+            configs = run.tags.get(CONFIGURATIONS_TAG, "?")
+            raise LaunchFinished(f"grokray: the {self.kind} launch of {self.spec.name!r} finished at {ended} "
+                                 f"({configs} configurations, parent run {run.run_id}): --resume has nothing to "
+                                 "continue and changed nothing; run without --resume for a new launch")
         if run is None or (check is not None and not check(run)):
             raise SpecError("--resume", f"no interrupted {self.kind} launch of spec {self.spec.name!r} "
                             f"(hash {self.spec.hash()}) found in {self.uri}; run without --resume")

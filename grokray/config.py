@@ -220,12 +220,28 @@ class OptimConfig:
     muon_on: Literal["hidden", "all"] = "hidden"
 
     def validate(self, path):
-        if self.muon_on != "hidden" and self.name != "muon":
-            raise SpecError(f"{path}.muon_on", f"got {self.muon_on!r} with optimizer {self.name!r}, where it does "
-                            "nothing; it needs name: muon")
         for i, b in enumerate(self.betas):
             if not 0.0 <= b < 1.0:
                 raise SpecError(f"{path}.betas[{i}]", f"got {b!r}; must be >= 0 and < 1")
+
+    def check_idle(self, given, where) -> None:
+        """A SpecError for a field the spec sets (`given`: the keys it wrote) that this configuration never reads
+        (a method's knob without the method): it would train the same curve as without it. `where(key)`: the path
+        the key was written at."""
+        readers = {"momentum": self.name in ("sgd", "muon"), "temperature": self.name == "langevin",
+                   "muon_on": self.name == "muon", "filter_lambda": self.grad_filter != "none",
+                   "filter_alpha": self.grad_filter == "ema", "filter_window": self.grad_filter == "ma"}
+        for key, read in readers.items():
+            if key in given and not read:
+                context = f"grad_filter {self.grad_filter!r}" if key.startswith("filter_") else \
+                    f"optimizer {self.name!r}"
+                raise SpecError(where(key), f"set with {context}, where it does nothing; it needs "
+                                f"{IDLE_FIELD_NEEDS[key]}")
+
+
+IDLE_FIELD_NEEDS = {"momentum": "name: sgd or muon", "temperature": "name: langevin", "muon_on": "name: muon",
+                    "filter_lambda": "grad_filter: ema or ma", "filter_alpha": "grad_filter: ema",
+                    "filter_window": "grad_filter: ma"}
 
 
 @dataclass

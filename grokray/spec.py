@@ -99,8 +99,10 @@ def _registered(registry, raw, path):
     return entry, parse_dataclass(entry.config_cls, {k: v for k, v in raw.items() if k != "name"}, path)
 
 
-def parse_trial(raw: dict) -> TrialConfig:
-    """Resolve one trial config from a plain dict (model family defaults fill unset train/phases fields)."""
+def parse_trial(raw: dict, written: bool = True) -> TrialConfig:
+    """Resolve one trial config from a plain dict (model family defaults fill unset train/phases fields).
+    written: the dict is what a user wrote (a spec's point), so a field it sets that nothing reads is a mistake;
+    False for a whole config rebuilt on the other side of a process boundary, which holds every field."""
     if not isinstance(raw, dict):
         raise SpecError("spec", f"expected a mapping, got {raw!r}")
     mistakes = Mistakes()  # the blocks are checked independently: every mistake is reported at once
@@ -126,7 +128,7 @@ def parse_trial(raw: dict) -> TrialConfig:
             blocks[key] = parse_dataclass(cls, {**defaults.get(key, {}), **(raw.get(key) or {})}, key)
     optim = {}
     with mistakes.check():
-        optim = _parse_optim(raw.get("optim") or {}, entry.build.groups if entry is not None else None)
+        optim = _parse_optim(raw.get("optim") or {}, entry.build.groups if entry is not None else None, written)
     with mistakes.check():
         seed = coerce(int, raw.get("seed", 0), "seed", SEED_RANGE)
     with mistakes.check():
@@ -155,7 +157,7 @@ def check_degrok(entry, model, task, train: TrainConfig, optim: dict[str, OptimC
                                 "orthogonal do not apply")
 
 
-def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimConfig]:
+def _parse_optim(optim_raw, groups: tuple[str, ...] | None, written: bool = True) -> dict[str, OptimConfig]:
     """Every group's OptimConfig (`default` filling each); groups None (the model is unknown): the blocks are
     still checked on their own, so their mistakes are reported beside the model's."""
     if not isinstance(optim_raw, dict):
@@ -178,6 +180,9 @@ def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimCo
                 raise SpecError(f"optim.{g}", f"expected a mapping of optimizer settings, got {block!r}")
             merged = {**(shared if isinstance(shared, dict) else {}), **block}
             optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
+            if written:
+                optim[g].check_idle(merged, lambda key, g=g, block=block: f"optim.{g if key in block else 'default'}"
+                                    f".{key}")
     mistakes.raise_any()
     return optim
 

@@ -8,6 +8,9 @@ import pytest
 import yaml
 
 from grokray.cli import main
+from grokray.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GOOD = {
     "name": "t",
@@ -147,3 +150,31 @@ def test_the_resolved_spec_is_written_out_without_yaml_anchors():
     assert "&id" in yaml.safe_dump(spec.raw, sort_keys=False)  # the case: a shared value
     text = spec.yaml()
     assert "&id" not in text and "*id" not in text and yaml.safe_load(text) == spec.raw
+
+
+IDLE = {  # issue 52: a method's knob set without the method trains the same curve; each is now a named error
+    "optim.decoder.filter_lambda=2": ("optim.decoder.filter_lambda", "grad_filter: ema or ma"),
+    "optim.default.filter_window=100": ("optim.default.filter_window", "grad_filter: ma"),
+    "optim.default.momentum=0.9": ("optim.default.momentum", "name: sgd or muon"),
+    "optim.decoder.temperature=0.01": ("optim.decoder.temperature", "name: langevin"),
+    "optim.default.muon_on=all": ("optim.default.muon_on", "name: muon"),
+}
+
+
+@pytest.mark.parametrize("override", list(IDLE))
+def test_a_field_that_does_nothing_here_is_an_error_naming_what_it_needs(override):
+    from grokray.spec import load_spec
+
+    field, needs = IDLE[override]
+    with pytest.raises(SpecError) as err:
+        load_spec(ROOT / "sweeps" / "quickstart.yaml", [override])
+    assert str(err.value).startswith(field) and needs in str(err.value) and "does nothing" in str(err.value)
+
+
+@pytest.mark.parametrize("overrides", [["optim.default.grad_filter=ema", "optim.default.filter_alpha=0.9"],
+                                       ["optim.default.grad_filter=ma", "optim.default.filter_window=50"],
+                                       ["optim.decoder.name=sgd", "optim.decoder.momentum=0.9"]])
+def test_the_same_fields_with_their_method_are_accepted(overrides):
+    from grokray.spec import load_spec
+
+    assert load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides).first_trial()

@@ -106,7 +106,11 @@ def test_muon_takes_the_hidden_matrices_and_leaves_embeddings_and_head_to_adamw(
     assert names(hidden, "embedding") == set() and names(every, "embedding") == {"tok", "pos"}
     assert names(hidden, "decoder") == {"l0.qkv.w", "l0.out.w", "l0.fc1.w", "l0.fc2.w"}
     assert names(every, "decoder") == names(hidden, "decoder") | {"unembed.w"}
-    adamw = muon_pack("optim.default.name=adamw", "optim.default.momentum=0.0")
+    from test_model_contract import example
+
+    from grokray.engine import PackTrainer
+
+    adamw = PackTrainer([example("transformer", "model.n_layers=1")])  # the example's AdamW, the same lr
     for trainer in (hidden, adamw):
         trainer.run(until=1)
     # the embeddings took AdamW's step (to rounding: fused kernel or not); a hidden matrix took Muon's

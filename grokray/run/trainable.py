@@ -72,7 +72,7 @@ def gpu_placement() -> dict:
 def train_pack(config: dict) -> None:
     started = time.perf_counter()
     pack, ctx = load_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
-    configs = [parse_trial(m["config"]) for m in pack["members"]]
+    configs = [parse_trial(m["config"], written=False) for m in pack["members"]]
     torch.set_num_threads(usable_threads(ctx.cpu))
     placement = gpu_placement()
     device = device_for(ctx.gpu)

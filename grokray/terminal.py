@@ -47,7 +47,13 @@ def phase_line(result, threshold: float) -> str:
     parts = [crossed(result.step_train, "train"), crossed(result.step_val, "val")]
     if result.gap is not None:
         parts.append(f"grokking gap {result.gap:,} steps")
-    return f"phase: {result.phase}  ({'; '.join(parts)}; {result.steps_run:,} steps run)"
+    line = f"phase: {result.phase}  ({'; '.join(parts)}; {result.steps_run:,} steps run)"
+    ideal = result.ideal_val_acc
+    if ideal is not None and ideal < threshold and result.phase != "diverged":
+        line += (f"\nundecodable split: this seed's held-out pairs allow at most {ideal:.2f} val accuracy (Liu's ideal "
+                 f"accuracy), below {threshold:g}, so no model can generalize on it; a sweep counts it undecodable, "
+                 "apart from the phases, and its diagram leaves it out of the vote. Try another seed (-s seeds=[1])")
+    return line
 
 
 def phase_table(counts: dict[str, int], total: int | None = None) -> str:

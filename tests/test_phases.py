@@ -65,3 +65,16 @@ def test_an_undecodable_split_counts_apart_but_a_divergence_stays_the_models():
     assert counted_phase("memorization", None, 0.9) == "memorization"  # a task without the ideal accuracy
     assert ordered({"undecodable": 1, "diverged": 2, "grokking": 3, "zeta": 1}) == \
         ["grokking", "diverged", "undecodable", "zeta"]
+
+
+def test_train_says_when_its_split_is_undecodable():
+    """Issue 52: `grokray train` of the quickstart's seed 0 printed `phase: memorization` with no word that no model
+    can reach 0.9 on that split; it now says so, and says nothing of the kind on a decodable split."""
+    from grokray.engine.result import MemberResult
+    from grokray.terminal import phase_line
+
+    result = MemberResult("memorization", 40, None, None, 10000, {}, {}, ideal_val_acc=0.8)
+    line = phase_line(result, 0.9)
+    assert line.startswith("phase: memorization") and "undecodable split" in line and "0.80" in line
+    decodable = MemberResult("memorization", 40, None, None, 10000, {}, {}, ideal_val_acc=1.0)
+    assert "undecodable" not in phase_line(decodable, 0.9)

@@ -277,3 +277,10 @@ def test_a_library_spec_on_a_new_store_takes_its_budget_use_from_its_atlas_page(
     est = estimate(plan, spec.name, f"sqlite:///{tmp_path}/new.db", False, ROOT / "sweeps" / "quickstart.yaml")
     assert est.use.trained == pytest.approx(trained) and est.use.basis == basis
     assert not (tmp_path / "new.db").exists()
+
+
+def test_a_long_estimate_reads_in_hours_or_days():
+    """Issue 52: the paper-scale Grokfast estimate printed "13326.5 min"."""
+    from grokray.plan.estimate import fmt_minutes
+
+    assert [fmt_minutes(s) for s in (42, 600, 3 * 3600, 13326.5 * 60)] == ["42 s", "10.0 min", "3.0 h", "9.3 days"]

@@ -86,7 +86,13 @@ def plan_budget(plan: Plan) -> int:
 
 
 def fmt_minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    """A duration a reader takes in at once: seconds, minutes up to two hours, then hours, then days (a
+    paper-scale estimate read "13326.5 min")."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
 
 
 def pack_seconds(pack: Pack, cost: StepCost, expected: bool = True, use: BudgetUse = PRIOR) -> float:

@@ -8,6 +8,7 @@ representation metrics from saved final states, write everything to a directory 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -70,8 +71,19 @@ def _load(which: str, tracking_uri: str | None) -> pd.DataFrame:
     return load_runs(which, tracking_uri=tracking_uri, latest_parent=True)
 
 
-def _label(which: str) -> str:
-    return which if not _RUN_ID.match(which) else f"run {which[:8]}"
+def _label(which: str, tracking_uri: str | None = None) -> str:
+    return which if not _RUN_ID.match(which) else launch_label(which, tracking_uri)
+
+
+def launch_label(parent_run_id: str, tracking_uri: str | None) -> str:
+    """A launch named as a reader knows it: its spec (the parent's name, e.g. "quickstart sweep") and when it
+    started; the run id only where the store cannot say."""
+    try:
+        run = open_store(tracking_uri).run(parent_run_id)
+    except Exception:  # noqa: BLE001 - a title is no reason to fail an analysis
+        return f"run {parent_run_id[:8]}"
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.start_ms / 1e3)) if run.start_ms else ""
+    return f"{run.name} {started}".strip()
 
 
 def phase_table_text(counts: pd.Series) -> str:
@@ -147,7 +159,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
             x: str | None = None, y: str | None = None, compare_to: str | None = None,
             tracking_uri: str | None = None, representations: bool = False, log: bool = True,
             all_parents: bool = False, max_figures: int = 4, narrow: bool = False,
-            runs: pd.DataFrame | None = None) -> Analysis:
+            runs: pd.DataFrame | None = None, title: str | None = None) -> Analysis:
     """Write phase_diagram.{png,svg}, steps_heatmap.{png,svg}, phase_table.txt and cells.csv (and with
     compare_to: comparison.{png,svg}, transitions.csv, changed_cells.csv; with representations:
     representations.csv and, for up to max_figures runs (one per phase first), state_<phase>_<run>.{png,svg}: the
@@ -175,7 +187,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     if df.empty or df["phase"].notna().sum() == 0:
         raise ValueError(f"no finished configurations in {parent_run_id or experiment!r} (no grokray.phase tags)")
     x, y = default_axes(df, x, y)
-    name = experiment or f"run {parent_run_id[:8]}"
+    name = title or experiment or launch_label(parent_run_id, tracking_uri)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
@@ -195,7 +207,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     comparison = other_label = None
     if compare_to is not None:
         other = _load(compare_to, tracking_uri)
-        other_label = _label(compare_to)
+        other_label = _label(compare_to, tracking_uri)
         comparison = compare(df, other, x, y)
         files += plots.save_figure(plot_comparison(comparison, labels=(name, other_label)), out / "comparison")
         comparison.transitions.to_csv(out / "transitions.csv", index=False)

@@ -224,10 +224,10 @@ class OptimConfig:
             if not 0.0 <= b < 1.0:
                 raise SpecError(f"{path}.betas[{i}]", f"got {b!r}; must be >= 0 and < 1")
 
-    def check_idle(self, given, where) -> None:
-        """A SpecError for a field the spec sets (`given`: the keys it wrote) that this configuration never reads
-        (a method's knob without the method): it would train the same curve as without it. `where(key)`: the path
-        the key was written at."""
+    def check_idle(self, given, block, group: str) -> None:
+        """A SpecError for a field the spec sets (`given`: the keys it wrote for optim.<group>, from the group's
+        `block` or from optim.default) that this configuration never reads (a method's knob without the method):
+        it would train the same curve as without it."""
         readers = {"momentum": self.name in ("sgd", "muon"), "temperature": self.name == "langevin",
                    "muon_on": self.name == "muon", "filter_lambda": self.grad_filter != "none",
                    "filter_alpha": self.grad_filter == "ema", "filter_window": self.grad_filter == "ma"}
@@ -235,8 +235,8 @@ class OptimConfig:
             if key in given and not read:
                 context = f"grad_filter {self.grad_filter!r}" if key.startswith("filter_") else \
                     f"optimizer {self.name!r}"
-                raise SpecError(where(key), f"set with {context}, where it does nothing; it needs "
-                                f"{IDLE_FIELD_NEEDS[key]}")
+                raise SpecError(f"optim.{group if key in block else 'default'}.{key}", f"set with {context}, where "
+                                f"it does nothing; it needs {IDLE_FIELD_NEEDS[key]}")
 
 
 IDLE_FIELD_NEEDS = {"momentum": "name: sgd or muon", "temperature": "name: langevin", "muon_on": "name: muon",

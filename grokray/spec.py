@@ -100,9 +100,8 @@ def _registered(registry, raw, path):
 
 
 def parse_trial(raw: dict, written: bool = True) -> TrialConfig:
-    """Resolve one trial config from a plain dict (model family defaults fill unset train/phases fields).
-    written: the dict is what a user wrote (a spec's point), so a field it sets that nothing reads is a mistake;
-    False for a whole config rebuilt on the other side of a process boundary, which holds every field."""
+    """Resolve one trial config from a plain dict (model family defaults fill unset train/phases fields). written:
+    False for a whole config rebuilt across a process boundary (every field set): idle fields are not looked for."""
     if not isinstance(raw, dict):
         raise SpecError("spec", f"expected a mapping, got {raw!r}")
     mistakes = Mistakes()  # the blocks are checked independently: every mistake is reported at once
@@ -181,8 +180,7 @@ def _parse_optim(optim_raw, groups: tuple[str, ...] | None, written: bool = True
             merged = {**(shared if isinstance(shared, dict) else {}), **block}
             optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
             if written:
-                optim[g].check_idle(merged, lambda key, g=g, block=block: f"optim.{g if key in block else 'default'}"
-                                    f".{key}")
+                optim[g].check_idle(merged, block, g)
     mistakes.raise_any()
     return optim
 

@@ -109,3 +109,21 @@ def test_unknown_experiment_lists_known(store):
         load_runs("nope", tracking_uri=uri)
     with pytest.raises(ValueError, match="exactly one"):
         load_runs(tracking_uri=uri)
+
+
+def test_a_launch_is_labelled_by_its_spec_and_start_not_its_run_id(tmp_path):
+    """Issue 52: figures and comparisons of a parent given by id were titled "run c260ba8e"."""
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from analysis.pipeline import launch_label
+    from grokray.run.report import launch_title
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("quickstart"), run_name="quickstart sweep")
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.info.start_time / 1e3))
+    assert launch_label(run.info.run_id, uri) == f"quickstart sweep {started}"
+    assert launch_label("0" * 32, uri) == "run 00000000"  # a run the store does not hold keeps its id
+    assert launch_title("quickstart", run.info.start_time) == f"quickstart {started}"

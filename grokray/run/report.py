@@ -69,7 +69,13 @@ def closing_runs():
     return FrameBuilder(narrow=True)
 
 
-def draw_diagram(uri: str, parent_run_id: str, runs=None) -> str:
+def launch_title(spec_name: str, started_ms: int | None) -> str:
+    """A launch's figures are titled by its spec and start, as the reader knows it, not by its run id."""
+    started = time.localtime((started_ms or time.time() * 1e3) / 1e3)
+    return f"{spec_name} {time.strftime('%Y-%m-%d %H:%M', started)}"
+
+
+def draw_diagram(uri: str, parent_run_id: str, runs=None, title: str | None = None) -> str:
     """The phase diagram and steps heatmap of the parent's children, logged under analysis/; a line for the note.
     runs: the children as the close counted them (a FrameBuilder); None reads them from the store."""
     from analysis.pipeline import analyze  # matplotlib: loaded when a launch closes, not when it starts
@@ -77,7 +83,7 @@ def draw_diagram(uri: str, parent_run_id: str, runs=None) -> str:
     with tempfile.TemporaryDirectory() as d:
         try:
             analyze(d, parent_run_id=parent_run_id, tracking_uri=uri, log=True, narrow=True,
-                    runs=None if runs is None else runs.frame())
+                    runs=None if runs is None else runs.frame(), title=title)
         except ValueError as exc:  # one searched key, no finished configuration, ...
             return f"no phase diagram: {exc}"
     return f"phase diagram: artifacts `{ANALYSIS_DIR}/phase_diagram.png` (steps: `{ANALYSIS_DIR}/steps_heatmap.png`)"
@@ -91,7 +97,7 @@ def report_on_parent(parent: ParentRun, spec: Spec, kind: str, status: str, coun
         # a search's points are scattered, not a grid: its figures are the study's (search.artifacts)
         figure = (f"figures: `{SEARCH_DIR}/{SLICES_PNG}` (the objective against each searched "
                   f"parameter), `{SEARCH_DIR}/optimization_history_*.png`") if kind == "search" \
-            else draw_diagram(parent.uri, parent.run_id, runs)
+            else draw_diagram(parent.uri, parent.run_id, runs, title=launch_title(spec.name, parent.started_ms))
         parent.set_tag(NOTE_TAG, parent_note(spec, kind, status, counts, configurations, wall_s, figure, extra))
     except Exception as exc:  # noqa: BLE001 - the sweep is done and recorded; its description must not undo that
         print(f"grokray: could not write the parent run's description: {type(exc).__name__}: {exc}",

@@ -22,6 +22,7 @@ from .config import OptimConfig, PhaseConfig, TrainConfig, bounded, coerce, pars
 from .errors import Mistakes, SpecError
 from .models import MODELS
 from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
+from .spec_file import read_yaml
 from .spec_keys import (
     AXIS_KINDS,
     MAX_AXIS_POINTS,
@@ -267,29 +268,6 @@ class Spec:
         """Identity of what the spec trains (after presets and overrides): how a resume or the atlas finds it."""
         content = {k: v for k, v in self.raw.items() if k not in UNHASHED_KEYS}
         return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if path.is_dir():
-        specs = sorted(p.name for p in path.glob("*.yaml"))
-        listed = f"; its specs: {', '.join(specs[:8])}{', ...' if len(specs) > 8 else ''}" if specs else ""
-        raise SpecError("spec", f"{str(path)!r} is a directory; give one spec file (a .yaml){listed}")
-    if not path.is_file():
-        raise SpecError("spec", f"file {str(path)!r} does not exist")
-    text = path.read_text()
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError("spec", f"malformed YAML in {path.name}{where}: {problem}") from None
-    if raw is None:
-        raise SpecError("spec", f"{path.name} is empty; a spec needs at least 'task' and 'model'")
-    if not isinstance(raw, dict):
-        raise SpecError("spec", f"{path.name} must be a mapping of {', '.join(SPEC_KEYS)}; got {type(raw).__name__}")
-    return raw
 
 
 def build_spec(

@@ -15,7 +15,7 @@ MAX_LINES = 400
 # Lower imports nothing higher. A module may import its own package and anything of a lower rank.
 RANKS = {
     "grokray.errors": 0, "grokray.contracts": 0, "grokray.spec_keys": 0, "grokray.config": 1,
-    "grokray.registry": 1, "grokray.capture": 1, "grokray.overrides": 2,
+    "grokray.registry": 1, "grokray.capture": 1, "grokray.spec_file": 1, "grokray.overrides": 2,
     "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3, "grokray.models": 4, "grokray.spec": 5,
     "grokray.engine": 6,
     "grokray.tracking": 3,  # the ground floor of the driver side: only errors, config and the phase rules below it
@@ -24,7 +24,7 @@ RANKS = {
     "grokray.__main__": 12,
 }
 CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.config", "grokray.registry",
-        "grokray.capture", "grokray.overrides", "grokray.phases",
+        "grokray.capture", "grokray.spec_file", "grokray.overrides", "grokray.phases",
         "grokray.tasks", "grokray.optim", "grokray.models", "grokray.spec", "grokray.engine")
 PURE = (*CORE, "grokray.plan", "grokray.tracking.schema")  # no Ray, MLflow or Optuna
 # Function-level imports of grokray or analysis modules, each with its reason.

@@ -178,3 +178,13 @@ def test_the_same_fields_with_their_method_are_accepted(overrides):
     from grokray.spec import load_spec
 
     assert load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides).first_trial()
+
+
+def test_a_binary_file_as_the_spec_is_one_line_and_exit_2(tmp_path, capsys):
+    """Issue 52: a binary file given as the spec raised a UnicodeDecodeError traceback, exit 1."""
+    spec = tmp_path / "model.pt"
+    spec.write_bytes(bytes(range(256)) * 4)
+    assert main(["run", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["grokray: error: spec: model.pt is not a text file (not UTF-8); a spec is YAML text"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]

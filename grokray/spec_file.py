@@ -1,0 +1,37 @@
+"""A spec file read as a user's YAML: safely (`yaml.safe_load`), and every way it can be wrong is one SpecError
+line naming the file (a directory, a missing file, a binary file, malformed YAML, an empty file, not a mapping)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .errors import SpecError
+from .spec_keys import SPEC_KEYS
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if path.is_dir():
+        specs = sorted(p.name for p in path.glob("*.yaml"))
+        listed = f"; its specs: {', '.join(specs[:8])}{', ...' if len(specs) > 8 else ''}" if specs else ""
+        raise SpecError("spec", f"{str(path)!r} is a directory; give one spec file (a .yaml){listed}")
+    if not path.is_file():
+        raise SpecError("spec", f"file {str(path)!r} does not exist")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise SpecError("spec", f"{path.name} is not a text file (not UTF-8); a spec is YAML text") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError("spec", f"malformed YAML in {path.name}{where}: {problem}") from None
+    if raw is None:
+        raise SpecError("spec", f"{path.name} is empty; a spec needs at least 'task' and 'model'")
+    if not isinstance(raw, dict):
+        raise SpecError("spec", f"{path.name} must be a mapping of {', '.join(SPEC_KEYS)}; got {type(raw).__name__}")
+    return raw

@@ -10,7 +10,7 @@ from .errors import LaunchFinished, Mistakes, SpecError
 from .run.options import LaunchOptions
 from .run.signals import sigterm_as_ctrl_c
 from .supervisor import supervise, wanted, watch_supervisor
-from .terminal import EXAMPLES, package_version
+from .terminal import EXAMPLES, OneLineParser, package_version
 
 
 def _load(args):
@@ -269,8 +269,8 @@ def _progress_flag(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grokray", description="Phase-diagram sweeps of grokking models.",
-                                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="grokray", description="Phase-diagram sweeps of grokking models.", epilog=EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"grokray {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     tracking, launching = _tracking_flag(), _launch_flags()

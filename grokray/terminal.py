@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import shutil
 import sys
@@ -180,3 +181,11 @@ def package_version() -> str:
         return version("grokray")
     except PackageNotFoundError:
         return "unknown (not installed)"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A command-line mistake is one line naming the option and what is allowed, exit 2, like a spec's mistake
+    (argparse's default prints the whole usage first: `--scale bogus` was eight lines)."""
+
+    def error(self, message: str):
+        self.exit(2, f"grokray: error: {message} (see `{self.prog} --help`)\n")

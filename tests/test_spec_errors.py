@@ -188,3 +188,12 @@ def test_a_binary_file_as_the_spec_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["grokray: error: spec: model.pt is not a text file (not UTF-8); a spec is YAML text"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+@pytest.mark.parametrize("argv, names", [(["run", "sweeps/quickstart.yaml", "--scale", "bogus"], "--scale"),
+                                         (["run"], "spec"), (["search", "x.yaml", "--progress", "loud"], "--progress")])
+def test_a_bad_option_is_one_line_naming_it_and_exit_2(argv, names):
+    """Issue 52: `--scale bogus` printed eight lines of usage."""
+    out = subprocess.run([sys.executable, "-m", "grokray", *argv], cwd=ROOT, capture_output=True, text=True)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("grokray: error:") and names in lines[0]

@@ -285,6 +285,9 @@ def build_spec(
                 raise unknown_key_error("", key, SPEC_KEYS)
     if scale is not None and scale not in SCALES:
         raise SpecError("--scale", f"got {scale!r}; allowed: {', '.join(SCALES)}")
+    if scale in PRESETS or presets:  # the spec's own fields first: a preset must not hide a mistake in them
+        with mistakes.check():
+            parse_trial({k: raw[k] for k in TRIAL_KEYS[:-1] if k in raw})
     if scale in PRESETS:
         if scale not in raw:
             declared = [p for p in PRESETS if p in raw]

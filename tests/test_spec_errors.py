@@ -197,3 +197,17 @@ def test_a_bad_option_is_one_line_naming_it_and_exit_2(argv, names):
     out = subprocess.run([sys.executable, "-m", "grokray", *argv], cwd=ROOT, capture_output=True, text=True)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("grokray: error:") and names in lines[0]
+
+
+def test_a_bad_field_is_reported_even_where_a_preset_replaces_it(tmp_path):
+    """Issue 52: `train.steps: "ten"` under --scale smoke was replaced by the preset before validation, and ran."""
+    from grokray.spec import load_spec
+
+    raw = yaml.safe_load((ROOT / "sweeps" / "quickstart.yaml").read_text())
+    raw["train"]["steps"] = "ten"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    for scale in ("smoke", None):
+        with pytest.raises(SpecError) as err:
+            load_spec(path, scale=scale)
+        assert "train.steps" in str(err.value) and "ten" in str(err.value)

@@ -16,9 +16,9 @@ import ray
 from ..errors import SpecError
 from ..plan.expand import local_slots
 from ..spec import Spec
+from .options import DEFAULT_STORAGE
 from .signals import sigterm_as_ctrl_c
 
-DEFAULT_STORAGE = "grokray-results"
 LIBRARY_LOG = "library-notices.log"
 WORKER_NICENESS = "RAY_worker_niceness"  # Ray's own setting (ray_constants.RAY_WORKER_NICENESS); its default is 15
 

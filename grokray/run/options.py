@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import Mistakes, SpecError
+from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem, writable_dir_problem
 
+DEFAULT_STORAGE = "grokray-results"  # --storage's default, under the working directory
 EXIT_OK, EXIT_INCOMPLETE, EXIT_UNDELIVERED = 0, 1, 3  # the CLI's exit codes after a launch (2: a SpecError)
 
 
@@ -42,6 +45,11 @@ class LaunchOptions:
              f"got {self.progress!r}; allowed: auto, always, never"),
             (self.max_failures < 0, "max_failures", f"got {self.max_failures}; must be >= 0"),
         ]
+        uri = resolve_tracking_uri(self.tracking_uri)
+        checks.append((bool(problem := tracking_uri_problem(uri)), "--tracking-uri", problem))
+        storage = self.storage or DEFAULT_STORAGE
+        if "://" not in storage:  # a cloud URI (s3://...) is the cluster's to reach
+            checks.append((bool(problem := writable_dir_problem(Path(storage).resolve())), "--storage", problem))
         mistakes = Mistakes()
         for bad, flag, message in checks:
             if bad:

@@ -5,7 +5,9 @@ server that is down, must not pay MLflow's seconds of imports)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -58,3 +60,41 @@ def store_exists(uri: str) -> bool:
     if uri.startswith("http"):
         return server_answers(uri)
     return True
+
+
+SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file")
+ALLOWED = "sqlite:///PATH, postgresql://..., mysql://..., http(s)://HOST[:PORT], file:PATH or a directory"
+
+
+def writable_dir_problem(path: Path) -> str | None:
+    """Why nothing can be written under `path` (it need not exist yet), or None. Checked by making and removing a
+    temporary folder in its nearest existing ancestor: a read-only or pseudo file system (/proc), or a file in the
+    way (/etc/hostname/x), fails here, before anything starts, and nothing is left behind."""
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{str(ancestor)!r} is a file, not a folder"
+    try:
+        tempfile.TemporaryDirectory(dir=ancestor).cleanup()
+    except OSError as exc:
+        return f"cannot write under {str(ancestor)!r} ({exc.strerror or exc})"
+    return None
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """What is wrong with a resolved tracking URI before anything is written to it, or None: a scheme MLflow
+    offers grokray, a server's host, and a local store's folder (which must exist: it is not made for you)."""
+    parts = urlsplit(uri) if "://" in uri else None
+    scheme = (parts.scheme.split("+")[0] if parts else "file").lower()
+    if scheme not in SCHEMES:
+        return f"{uri!r} has an unsupported scheme ({scheme or 'none'}); allowed: {ALLOWED}"
+    if scheme in ("http", "https") and not parts.hostname:
+        return f"{uri!r} names no host; e.g. http://127.0.0.1:5000"
+    path = local_store_path(uri)
+    if path is None:
+        return None
+    folder = path.parent if uri.startswith("sqlite:") else path
+    if uri.startswith("sqlite:") and not folder.is_dir():
+        return f"the folder of {str(path)!r} does not exist; make it first, or give another path"
+    return writable_dir_problem(folder)

@@ -1,0 +1,46 @@
+"""Issue 52: every bad launch input is one line naming the option and what is allowed, exit 2, before Ray starts or
+any file or folder is made (the cwd and the storage stay empty). The first cases are the ones a new user met
+(tracebacks, exit 1 or 3, `./grokray-results` and `./mlflow.db` made); the rest are more of the same kinds."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = str(ROOT / "sweeps" / "quickstart.yaml")
+CASES = [  # (extra arguments, the option the line must name)
+    (["--tracking-uri", "foo://bar"], "--tracking-uri"),
+    (["--tracking-uri", "::garbage:://%%"], "--tracking-uri"),
+    (["--tracking-uri", "sqlite:////nonexistent-dir/x.db"], "--tracking-uri"),
+    (["--tracking-uri", "http://"], "--tracking-uri"),
+    (["--storage", "/proc/grokray-x"], "--storage"),
+    (["--storage", "/etc/hostname/x"], "--storage"),
+    (["--scale", "bogus"], "--scale"),
+    (["-s", "train.steps=ten"], "train.steps"),
+    (["--tracking-uri", "ftp://example.org/x"], "--tracking-uri"),
+    (["--tracking-uri", "sqlite:////etc/hostname/x.db"], "--tracking-uri"),
+    (["--tracking-uri", "https://:5000"], "--tracking-uri"),
+    (["--storage", "/sys/kernel/grokray"], "--storage"),
+    (["--max-concurrent", "0"], "--max-concurrent"),
+    (["--checkpoint-every", "0"], "--checkpoint-every"),
+    (["--report-every", "-1"], "--report-every"),
+    (["--delivery-wait", "-5"], "--delivery-wait"),
+    (["--progress", "sometimes"], "--progress"),
+    (["-s", "optim.decoder.filter_lambda=2"], "optim.decoder.filter_lambda"),
+]
+
+
+@pytest.mark.parametrize("command", ["run", "search"])
+@pytest.mark.parametrize("extra, option", CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_a_bad_input_is_one_line_exit_2_and_makes_nothing(tmp_path, command, extra, option):
+    spec = SPEC if command == "run" else str(ROOT / "sweeps" / "degrok_toy.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    out = subprocess.run([sys.executable, "-m", "grokray", command, spec, *extra], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith("grokray: error:") and option in lines[0]
+    assert list(tmp_path.iterdir()) == []

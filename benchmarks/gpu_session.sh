@@ -23,19 +23,19 @@ cd "$(dirname "$0")/.."
 DEFAULT_DEADLINE=530   # seconds for the whole script; the device call's limit is 540-600
 source benchmarks/gpu_lib.sh
 if [ "$DEVICE" = cuda ]; then
-  SCALE_6B=paper GPU=0.5 QS_SEEDS="" CAPTURE=compiled
+  SCALE_6B=paper GPU=0.5 QS_SEEDS="" CAPTURE=compiled QS_LIMIT=60
 else  # the quickstart at seed 1 alone (20 configurations, ~1 min on 2 cores), so the comparison has runs to match
-  SCALE_6B=smoke GPU=0 QS_SEEDS="seeds=[1]" CAPTURE=eager
+  SCALE_6B=smoke GPU=0 QS_SEEDS="seeds=[1]" CAPTURE=eager QS_LIMIT=110
 fi
 
 say "# gpu_session $(date -u +%FT%TZ) on $DEVICE, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 install_bundle
 
 if [ "$DEVICE" = cuda ]; then
-  step pytest-gpu 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
-  step bench-pack-toy 80 "$PY" benchmarks/bench_pack.py --device cuda --quick --capture --models toy200 \
+  step pytest-gpu 110 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
+  step bench-pack-toy 70 "$PY" benchmarks/bench_pack.py --device cuda --quick --capture --models toy200 \
     --ks 1,32,256,1024
-  step bench-pack-grokfast 100 "$PY" benchmarks/bench_pack.py --device cuda --quick --capture --models grokfast \
+  step bench-pack-grokfast 90 "$PY" benchmarks/bench_pack.py --device cuda --quick --capture --models grokfast \
     --ks 1,32,256
 else
   step pytest-gpu 60 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
@@ -80,7 +80,7 @@ if [ "$(left)" -gt 200 ]; then
 else
   say "fig6b seeds 0-7: skipped, $(left) s left"
 fi
-atlas quickstart 70 sweeps/quickstart.yaml reduced ${QS_SEEDS:+-s "$QS_SEEDS"}
+atlas quickstart "$QS_LIMIT" sweeps/quickstart.yaml reduced ${QS_SEEDS:+-s "$QS_SEEDS"}
 compare quickstart-reduced "$W/atlas/data/quickstart-reduced.csv"
 grep -E "wall time" "$W/atlas/quickstart-reduced.md" 2>/dev/null >> "$SUMMARY"
 

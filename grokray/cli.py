@@ -22,7 +22,7 @@ def _load(args):
     with mistakes.check():
         spec = load_spec(args.spec, args.set, args.scale)
     with mistakes.check():
-        _launch_options(args).validate()
+        _launch_options(args).validate(places=not getattr(args, "dry_run", False))
     if getattr(args, "max_configs", 1) < 1:
         with mistakes.check():
             raise SpecError("--max-configs", f"got {args.max_configs}; must be >= 1")
@@ -79,7 +79,7 @@ def _run_adaptive(spec, args) -> int:
 
     plan = parse_adaptive(spec)  # the spec's adaptive: block, or its defaults for --adaptive
     options = _launch_options(args)
-    options.validate()
+    options.validate(places=not args.dry_run)
     x, y = plan.lattice.x, plan.lattice.y
     if args.dry_run:
         print(f"adaptive:       {x.key} x {y.key}, start {x.start}x{y.start}, target {x.target}x{y.target}")

@@ -31,9 +31,10 @@ class LaunchOptions:
     buffer_points: int = 200_000  # metric points a worker holds in memory while the tracking server is away
     parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
 
-    def validate(self) -> None:
+    def validate(self, places: bool = True) -> None:
         """Every option checked before Ray starts or MLflow is written; all mistakes at once (SpecError names
-        each CLI flag)."""
+        each CLI flag). places: also where the launch would write (a dry-run writes nothing, and may read a store
+        that does not exist yet)."""
         checks = [
             (self.max_concurrent is not None and self.max_concurrent < 1, "--max-concurrent",
              f"got {self.max_concurrent}; must be >= 1"),
@@ -46,9 +47,10 @@ class LaunchOptions:
             (self.max_failures < 0, "max_failures", f"got {self.max_failures}; must be >= 0"),
         ]
         uri = resolve_tracking_uri(self.tracking_uri)
-        checks.append((bool(problem := tracking_uri_problem(uri)), "--tracking-uri", problem))
+        if places:
+            checks.append((bool(problem := tracking_uri_problem(uri)), "--tracking-uri", problem))
         storage = self.storage or DEFAULT_STORAGE
-        if "://" not in storage:  # a cloud URI (s3://...) is the cluster's to reach
+        if places and "://" not in storage:  # a cloud URI (s3://...) is the cluster's to reach
             checks.append((bool(problem := writable_dir_problem(Path(storage).resolve())), "--storage", problem))
         mistakes = Mistakes()
         for bad, flag, message in checks:

@@ -169,7 +169,7 @@ def _train_bare(member_configs: list[dict], chunk: int) -> float:
     from grokray.spec import parse_trial
 
     torch.set_num_threads(1)
-    trainer = make_trainer([parse_trial(c) for c in member_configs], device="cpu")
+    trainer = make_trainer([parse_trial(c, written=False) for c in member_configs], device="cpu")
     t0 = time.perf_counter()
     while not trainer.run(until=trainer.step + chunk):
         pass

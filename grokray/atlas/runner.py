@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..errors import SpecError
+from ..errors import LaunchFinished, SpecError
 from ..plan.estimate import BudgetUse, estimate_plan, plan_budget
 from ..plan.expand import expand
 from ..run.adaptive import run_adaptive
@@ -144,9 +144,12 @@ class SegmentClock:
 
 def _run_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, resume: bool, progress) -> str:
     """Resume when MLflow holds an unfinished parent; if nothing is left to restore (killed before Tune saved
-    its state, or the results directory is gone), start it afresh."""
+    its state, or the results directory is gone), or the parent closed as finished (its record stays as it is),
+    start it afresh."""
     try:
         return _start_piece(piece, scale, tracking_uri, storage, resume, progress)
+    except LaunchFinished:
+        return _start_piece(piece, scale, tracking_uri, storage, False, progress)
     except SpecError as exc:
         if exc.field != "--resume":
             raise

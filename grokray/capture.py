@@ -14,7 +14,6 @@ shape costs seconds of compilation); on CUDA it stays eager until the prepared G
 from __future__ import annotations
 
 import sys
-import warnings
 
 import torch
 
@@ -69,9 +68,7 @@ class Captured:
         if self.failed:
             return self.eager(*args, **kwargs)
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._dynamo")
-                return self.compiled(*args, **kwargs)
+            return self.compiled(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: the eager step computes the same thing
             self.failed = True
             say_once(f"train.capture: could not compile {self.what} ({type(exc).__name__}: {str(exc)[:200]}); "

@@ -126,13 +126,10 @@ def train_pack(config: dict) -> None:
         if not done and (probed or time.perf_counter() - last_report < min_report_s):
             continue  # curves and checkpoints go out with the next report: MLflow and Tune both see few calls
         results = trainer.results()
-        if done and save_states:
-            tracker.log_states(trainer.member_states(), STATE_ARTIFACT)  # before the phase tags mark them done
-        if done or not save_states:  # a member that stopped ends now, at its own stop time, with its phase tag
+        if done:  # the last chunk: MLflow first, so a stop before Tune hears it finds every run ended there
+            if save_states:
+                tracker.log_states(trainer.member_states(), STATE_ARTIFACT)  # before the phase tags mark them done
             tracker.finish(results, thresholds, _ended(trainer))
-        else:
-            tracker.log_curves(results)
-        if done:
             t_close = time.perf_counter()
             undelivered = tracker.close()  # an outage's backlog: delivered now, or left in the spool file
             close_s = time.perf_counter() - t_close
@@ -167,3 +164,9 @@ def train_pack(config: dict) -> None:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
         if done:
             return
+        # Any other chunk: Tune holds its checkpoint before MLflow shows its steps (report returns once the driver
+        # took it), so a Ctrl-C after a pack's first curve points continues the pack instead of starting it over.
+        if save_states:
+            tracker.log_curves(results)
+        else:  # a member that stopped ends now, at its own stop time, with its phase tag
+            tracker.finish(results, thresholds, _ended(trainer))

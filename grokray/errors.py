@@ -39,6 +39,10 @@ class LaunchFinished(Exception):
     """`--resume` found the spec's latest launch closed as finished: there is nothing to continue, and its record
     (times, description, figures) is left as it is. The CLI prints the message and exits 0."""
 
+    def __init__(self, message: str, run_id: str = ""):
+        super().__init__(message)
+        self.run_id = run_id  # the finished parent
+
 
 class Mistakes:
     """Collects the SpecErrors of independent checks: `with m.check(): ...` per check, then `m.raise_any()`."""

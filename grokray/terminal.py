@@ -85,7 +85,10 @@ def search_plan_lines(cfg, n_trials: int, budget: int, estimate, seeds: list[int
             f"trials:         {n_trials}, {cfg.max_concurrent} at once; each trains one configuration{counted} up "
             f"to {budget:,} steps",
             *(line for line in estimate.lines() if not line.startswith(("configurations:", "packs:"))),
-            "(the start point's cost stands for every trial: the searched values change it as the study runs)"]
+            "(the start point's cost stands for every trial: the searched values change it as the study runs)",
+            *([f"then confirms: the best {cfg.confirm.top} settings at fresh seeds "
+               f"{', '.join(map(str, cfg.confirm.seeds))} (up to {cfg.confirm.top * len(cfg.confirm.seeds)} more "
+               f"configurations, not in the estimate above)"] if cfg.confirm else [])]
 
 
 def search_report(summary, cfg, threshold: float) -> list[str]:
@@ -107,6 +110,7 @@ def search_report(summary, cfg, threshold: float) -> list[str]:
         seeds = (f", {best['seeds_generalized']} of {best['seeds_voting']} voting seeds generalized"
                  if "seeds_voting" in best else "")
         lines.append(f"best trial #{best['number']}: {values} ({best['phase']}{seeds}); {params}{run}")
+    lines += confirmation_lines(summary.confirmation, cfg)
     if summary.journal_path:
         lines += [f"study journal: {summary.journal_path}",
                   f"  optuna.load_study(study_name={summary.study_name!r}, "
@@ -116,6 +120,23 @@ def search_report(summary, cfg, threshold: float) -> list[str]:
     else:
         lines.append(f"study storage: {summary.storage}")
     return lines
+
+
+def confirmation_lines(confirmation: dict | None, cfg) -> list[str]:
+    """The confirmation stage's verdict: the best setting at the fresh seeds, median and 90 % interval."""
+    if not cfg.confirm:
+        return []
+    if confirmation is None:
+        return ["confirmation: not run (no trial generalized, or the search did not finish; --resume runs it)"]
+    best = confirmation["best"]
+    if best is None:
+        return ["confirmation: no fresh seed could vote (every split undecodable)"]
+    seeds = len(best["scores"])
+    verdict = (f"median {best['median']:,.0f} steps, 90 % interval {best['low']:,.0f}-{best['high']:,.0f}"
+               if best["median"] < cfg.penalty else "the median seed did not generalize within the budget")
+    return [f"confirmation at {seeds} fresh seeds: setting {best['setting']} of {len(confirmation['settings'])} "
+            f"(1 = the search's best): {verdict}; per seed {', '.join(f'{s:,.0f}' for s in best['scores'])} "
+            f"(penalty {cfg.penalty:g}: not generalized); MLflow parent {confirmation['parent_run_id']}"]
 
 
 def training_line(name: str, config, point: dict, device: str, threads: int) -> str:

@@ -29,6 +29,8 @@ from ..tracking.schema import (
     ATLAS_USE_TAG,
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
+    CONFIRM_PENDING,
+    CONFIRM_TAG,
     KIND_TAG,
     PACKS_TAG,
     PHASE_COUNT_TAG,
@@ -68,8 +70,8 @@ def is_complete(run) -> bool:
     if run is None or run.status != "FINISHED":
         return False
     tags = run.tags
-    if tags.get(KIND_TAG) == "search":
-        return True
+    if tags.get(KIND_TAG) == "search":  # complete unless its confirmation stage is still owed
+        return tags.get(CONFIRM_TAG) != CONFIRM_PENDING
     counted = sum(int(v) for k, v in tags.items() if k.startswith(PHASE_COUNT_TAG))
     return counted == int(tags.get(CONFIGURATIONS_TAG, -1))
 

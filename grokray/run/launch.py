@@ -183,7 +183,7 @@ class Launch:
             configs = run.tags.get(CONFIGURATIONS_TAG, "?")
             raise LaunchFinished(f"grokray: the {self.kind} launch of {self.spec.name!r} finished at {ended} "
                                  f"({configs} configurations, parent run {run.run_id}): --resume has nothing to "
-                                 "continue and changed nothing; run without --resume for a new launch")
+                                 "continue and changed nothing; run without --resume for a new launch", run.run_id)
         if run is None or (check is not None and not check(run)):
             raise SpecError("--resume", f"no interrupted {self.kind} launch of spec {self.spec.name!r} "
                             f"(hash {self.spec.hash()}) found in {self.uri}; run without --resume")

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from ..errors import SpecError
+from ..errors import LaunchFinished, SpecError
 from ..plan.expand import check_budget, check_fits, run_name
 from ..plan.wire import compact_pack
 from ..search.artifacts import log_parent_results
@@ -51,6 +51,8 @@ from ..spec import Spec
 from ..tracking.client import is_transient
 from ..tracking.parent import ParentRun
 from ..tracking.schema import (
+    CONFIRM_PENDING,
+    CONFIRM_TAG,
     PHASE_TAG,
     SEARCH_OBJECTIVE_TAG,
     SEARCH_PRUNED_TAG,
@@ -61,7 +63,9 @@ from ..tracking.schema import (
     TRIAL_KEY_TAG,
 )
 from ..tracking.store import Store
+from ..tracking.uri import resolve_tracking_uri
 from .cluster import check_gpu_request, resolve_storage
+from .confirm import confirmation_pending, run_confirmation
 from .launch import Launch
 from .options import LaunchOptions, LaunchSummary
 
@@ -81,6 +85,7 @@ class SearchSummary(LaunchSummary):
     artifacts: list[str] = field(default_factory=list)
     recovered: tuple[int, int] = (0, 0)  # interrupted trials (answered from their finished MLflow run, run again)
     seeds: int = 1  # runs per trial: the spec's seeds, each trial a pack of them
+    confirmation: dict | None = None  # search.confirm's stage: {parent_run_id, settings, best}
 
 
 class StudySearcher(Searcher):
@@ -210,7 +215,8 @@ def finished_runs(children, threshold: float) -> dict[str, dict]:
 
 
 def _parent_tags(cfg: SearchConfig, label: str) -> dict:
-    return {SEARCH_STUDY_TAG: cfg.study, SEARCH_OBJECTIVE_TAG: cfg.objective, SEARCH_SAMPLER_TAG: cfg.sampler,
+    return {**({CONFIRM_TAG: CONFIRM_PENDING} if cfg.confirm else {}), SEARCH_STUDY_TAG: cfg.study,
+            SEARCH_OBJECTIVE_TAG: cfg.objective, SEARCH_SAMPLER_TAG: cfg.sampler,
             SEARCH_STORAGE_TAG: label if "://" not in label else label.split("://")[0] + "://"}
 
 
@@ -305,6 +311,23 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     results_dir = resolve_storage(options.storage)
     storage, label = open_storage(cfg, results_dir)
     study = open_study(spec, cfg, storage, label, options.resume)
+    finished = _finished_parent(study, options) if options.resume else None
+    if finished is not None:  # its record stays as it is; only a confirmation it still owes runs
+        if not (cfg.confirm and confirmation_pending(finished.tags)):
+            raise LaunchFinished(f"grokray: the search {cfg.study!r} finished ({counted(study)} trials, parent run "
+                                 f"{finished.run_id}): --resume has nothing to continue and changed nothing; raise "
+                                 "its --n-trials, or name a new study with -s search.study=NAME", finished.run_id)
+        stage, confirmation = run_confirmation(run_search, spec, cfg, storage, options, finished.run_id,
+                                               resolve_tracking_uri(options.tracking_uri))
+        base = vars(stage) if stage is not None else {
+            "kind": "search", "tracking_uri": resolve_tracking_uri(options.tracking_uri), "experiment_path": "",
+            "configurations": 0, "packs": 0, "phase_counts": {}, "errored_trials": 0, "interrupted": False,
+            "wall_s": 0.0}
+        return SearchSummary(**{**base, "name": spec.name, "experiment_id": finished.experiment_id,
+                                "parent_run_id": finished.run_id, "study_name": cfg.study, "storage": label,
+                                "trials": len(study.trials), "completed": counted(study), "new_trials": 0,
+                                "directions": directions(cfg), "best": best_trials(study, cfg),
+                                "seeds": len(spec.seeds), "confirmation": confirmation})
     with Launch(spec, options, kind="search", default_report_s=0.0) as launch:
         parent = _interrupted_parent(launch, study) if options.resume else None
         if parent is not None:
@@ -328,7 +351,23 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
         if summary.undelivered_dir:  # `grokray replay` links the trials whose runs it makes
             Path(summary.undelivered_dir, LINK_FILE).write_text(json.dumps({
                 "storage": label, "study": cfg.study, "experiment": spec.name, "launch": launch.parent.launch_key}))
-    return SearchSummary(**vars(summary), study_name=cfg.study, storage=label, journal_path=journal_path(cfg,
-                         results_dir), trials=len(study.trials), completed=counted(study), new_trials=new_trials,
-                         directions=directions(cfg), best=best_trials(study, cfg), artifacts=artifacts,
-                         recovered=recovered, seeds=len(spec.seeds))
+    out = SearchSummary(**vars(summary), study_name=cfg.study, storage=label, journal_path=journal_path(cfg,
+                        results_dir), trials=len(study.trials), completed=counted(study), new_trials=new_trials,
+                        directions=directions(cfg), best=best_trials(study, cfg), artifacts=artifacts,
+                        recovered=recovered, seeds=len(spec.seeds))
+    if cfg.confirm and out.parent_run_id and out.status == "FINISHED" and not out.undelivered_dir:
+        _, out.confirmation = run_confirmation(run_search, spec, cfg, storage, options, out.parent_run_id,
+                                              out.tracking_uri)
+    return out
+
+
+def _finished_parent(study, options: LaunchOptions):
+    """The study's last parent run, if it closed as finished."""
+    parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
+    if not parent_id:
+        return None
+    try:
+        run = Store(resolve_tracking_uri(options.tracking_uri)).run(parent_id)
+    except Exception:  # noqa: BLE001 - gone, or in another store: the launch finds what it can, as before
+        return None
+    return run if run.status == "FINISHED" else None

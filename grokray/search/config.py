@@ -18,6 +18,7 @@ search:
   study: null                                # study name (default: the spec's name)
   enqueue:                                   # optional: settings the study tries first, in order (a paper's
     - {optim.decoder.lr: 1.0e-3}             # published one), each inside the space; unnamed fields are sampled
+  confirm: {top: 3, seeds: [100, 101, 102]}  # optional: the best 3 settings re-run at fresh seeds (confirm.py)
 ```
 Every searched field is checked against the spec (a sample point is applied and parsed) before anything starts.
 With several `seeds:` a trial trains its configuration at every seed and scores what a majority of them reached
@@ -33,11 +34,12 @@ from ..config import check_block, coerce, unknown_key_error
 from ..errors import SpecError
 from ..plan.expand import Member, Pack, Plan
 from ..spec import TRIAL_KEYS, Spec
+from .confirm import ConfirmConfig, parse_confirm
 
 OBJECTIVES = ("time_to_generalize", "grokking_gap")
 SAMPLERS = ("tpe", "random")
 SEARCH_KEYS = ("space", "n_trials", "max_concurrent", "seed", "objective", "penalty", "sampler", "asha", "storage",
-               "study", "enqueue")
+               "study", "enqueue", "confirm")
 DIST_KINDS = ("float", "int", "categorical")
 
 
@@ -97,6 +99,7 @@ class SearchConfig:
     storage: str | None = None
     study: str = ""
     enqueue: list[dict] = field(default_factory=list)  # searched values the study tries first, in order
+    confirm: ConfirmConfig | None = None  # the best settings re-run at fresh seeds after the search
 
     @property
     def multi(self) -> bool:
@@ -218,7 +221,8 @@ def parse_search(spec: Spec) -> SearchConfig:
 
     cfg = SearchConfig(space=space, n_trials=n_trials, max_concurrent=max_concurrent, seed=seed,
                        objective=objective, penalty=penalty, sampler=sampler, asha=asha, storage=storage, study=study,
-                       enqueue=_enqueued(spec, raw.get("enqueue"), space))
+                       enqueue=_enqueued(spec, raw.get("enqueue"), space),
+                       confirm=parse_confirm(raw.get("confirm"), spec.seeds))
     for key, dist in space.items():  # each searched field must be a real field; every end/choice must parse
         for value in dist.sample_points():
             try:

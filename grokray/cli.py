@@ -10,7 +10,7 @@ from .errors import LaunchFinished, Mistakes, SpecError
 from .run.options import LaunchOptions
 from .run.signals import sigterm_as_ctrl_c
 from .supervisor import supervise, wanted, watch_supervisor
-from .terminal import EXAMPLES, OneLineParser, package_version
+from .terminal import EXAMPLES, OneLineParser, package_version, resume_command
 
 
 def _load(args):
@@ -58,15 +58,15 @@ def _launch_options(args) -> LaunchOptions:
     fields = {"resume": "resume", "max_concurrent": "max_concurrent", "address": "address",
               "tracking_uri": "tracking_uri", "storage": "storage", "checkpoint_every": "checkpoint_every",
               "min_report_s": "report_every", "delivery_wait_s": "delivery_wait", "progress": "progress"}
-    return LaunchOptions(**{k: getattr(args, a) for k, a in fields.items() if getattr(args, a, None) is not None})
+    return LaunchOptions(**{k: getattr(args, a) for k, a in fields.items() if getattr(args, a, None) is not None},
+                         resume_command=resume_command())
 
 
 def _finish(summary, spec_name: str) -> int:
-    """The lines every launch ends with; its exit code (0 done, 1 a trial failed or it stopped early, 3 metrics
-    left undelivered)."""
+    """The lines every launch ends with; its exit code (0 done, 1 failed or stopped early, 3 undelivered)."""
     from .terminal import launch_end
 
-    out, err = launch_end(summary, spec_name)
+    out, err = launch_end(summary, spec_name, resume_command())
     print("\n".join(out))
     if err:
         print("\n".join(err), file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -154,14 +155,15 @@ def train_progress(step: int, budget: int, elapsed_s: float) -> None:
           file=sys.stderr, flush=True)
 
 
-def launch_end(summary, spec_name: str) -> tuple[list[str], list[str]]:
-    """(stdout, stderr) lines every launch ends with: where its runs are, how to look, what went wrong."""
+def launch_end(summary, spec_name: str, resume: str = "--resume") -> tuple[list[str], list[str]]:
+    """(stdout, stderr) lines every launch ends with: where its runs are, how to look, what went wrong.
+    resume: the command that continues the launch (terminal.resume_command)."""
     err = []
     if summary.errored_trials:
-        err.append(f"{summary.errored_trials} trials failed after retries; rerun with --resume")
+        err.append(f"{summary.errored_trials} trials failed after retries; run them again with: {resume}")
         err += [f"  {reason}" for reason in sorted(set(summary.trial_errors.values()))[:5]]
     elif summary.interrupted:
-        err.append(f"{summary.kind} launch stopped before the end; continue it with --resume")
+        err.append(f"{summary.kind} launch stopped before the end; continue it with: {resume}")
     parent = summary.parent_run_id or "not made yet (the server never answered): `grokray replay` makes it"
     out = [f"MLflow: experiment {spec_name!r}, parent run {parent}",
            f"look at it: {ui_command(summary.tracking_uri)}"]
@@ -180,6 +182,13 @@ def ui_command(uri: str) -> str:
     default = Path.cwd() / "mlflow.db"
     exe = grokray_command()
     return f"{exe} ui" if uri == f"sqlite:///{default}" else f"{exe} ui --tracking-uri {uri}"
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """The command that continues this launch: as it was typed (its -s flags decide which launch --resume finds),
+    with --resume."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return shlex.join([grokray_command(), *(a for a in args if a != "--resume"), "--resume"])
 
 
 def grokray_command() -> str:

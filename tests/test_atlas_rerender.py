@@ -27,7 +27,7 @@ def test_a_data_file_reads_back_as_the_runs_the_page_counts():
 
 
 def test_a_page_keeps_what_its_data_file_does_not_hold():
-    text = (ATLAS / "grokfast_adamw-reduced.md").read_text()
+    text = (ATLAS / "grokfast_variant_adamw-reduced.md").read_text()
     kept = kept_sections(text)
     assert kept["## Runs and wall time"][0].startswith("48 configurations in 1 piece(s)")
     assert any(line.startswith("Objective: `") for line in kept["## Search"])

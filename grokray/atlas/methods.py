@@ -20,6 +20,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..search.config import parse_search  # noqa: E402
+from ..search.confirm import (  # noqa: E402
+    CONFIRM_ARTIFACT_DIR,
+    CONFIRM_FILE,
+    LEVEL,
+    ROW_COLUMNS,
+    confirmed_best,
+    standing,
+)
 from ..tracking.store import Store  # noqa: E402
 from .markdown import md_table, minutes  # noqa: E402
 
@@ -33,6 +41,25 @@ def trials_of(store: Store, parent_run_id: str) -> list[dict]:
             return []
         with path.open() as f:
             return list(csv.DictReader(f))
+
+
+def confirmation_of(store: Store, parent_run_id: str) -> dict | None:
+    """The search's confirmation stage (search/confirmation.csv on its parent): the confirmed best setting's
+    median and interval at the fresh seeds, or None where the spec has no stage or it has not run."""
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            path = store.download(parent_run_id, f"{CONFIRM_ARTIFACT_DIR}/{CONFIRM_FILE}", d)
+        except Exception:  # noqa: BLE001 - no stage (search.confirm unset), or not run yet
+            return None
+        with path.open() as f:
+            rows = list(csv.DictReader(f))
+    best = confirmed_best(rows)
+    if best is None:
+        return None
+    settings = {int(r["setting"]) for r in rows}
+    return {**best, "settings": len(settings), "seeds": len({r["seed"] for r in rows}),
+            "setting_values": {k: v for k, v in next(r for r in rows if int(r["setting"]) == best["setting"]).items()
+                               if k not in ROW_COLUMNS}}
 
 
 def method_row(result, store: Store) -> dict:
@@ -55,7 +82,8 @@ def method_row(result, store: Store) -> dict:
             "enqueued": first, "best": best, "objective": objective,
             "trials": len({t.get("trial_key") or t["number"] for t in trials}),  # a retried trial counts once
             "searched": list(cfg.space), "penalty": cfg.penalty, "wall_s": result.measured_s,
-            "budget": figure.pieces[0].spec.first_trial().phases.budget, "figure": figure.stem}
+            "budget": figure.pieces[0].spec.first_trial().phases.budget, "figure": figure.stem,
+            "confirmed": confirmation_of(store, result.records[0].parent_run_id)}
 
 
 def _steps(trial: dict | None, objective: str, penalty: float, budget: int) -> str:
@@ -65,6 +93,44 @@ def _steps(trial: dict | None, objective: str, penalty: float, budget: int) -> s
              if trial.get("seeds_voting") not in (None, "") else "")
     value = float(trial[objective])
     return (f"{value:,.0f}" if value < penalty else f"not within {budget:,}") + votes
+
+
+def _confirmed(confirmed: dict | None, penalty: float, budget: int) -> str:
+    """'540 (480-620; 5 seeds)': the confirmed median and its interval, or where the median seed did not
+    generalize, 'not within 2,000'."""
+    if confirmed is None:
+        return "-"
+
+    def steps(v: float) -> str:
+        return f"{v:,.0f}" if v < penalty else f"not within {budget:,}"
+    seeds = f"{len(confirmed['scores'])} seeds"
+    if confirmed["median"] >= penalty:
+        return f"not within {budget:,} ({seeds})"
+    return f"{steps(confirmed['median'])} ({steps(confirmed['low'])} to {steps(confirmed['high'])}; {seeds})"
+
+
+def confirmed_lines(rows: list[dict], penalty: float) -> list[str]:
+    """The verdict from the confirmation stage: the fastest median, what ties with it (intervals overlap), what
+    is slower, what did not generalize."""
+    places = standing({r["label"]: r["confirmed"] for r in rows if r["confirmed"] is not None}, penalty)
+    if not places:
+        return []
+    by = {place: [m for m, p in places.items() if p == place] for place in set(places.values())}
+    lead = by.get("fastest", [None])[0]
+    lines = []
+    if lead is not None:
+        c = next(r["confirmed"] for r in rows if r["label"] == lead)
+        lines.append(f"At the fresh seeds, the fastest median is **{lead}**: {c['median']:,.0f} steps "
+                     f"({LEVEL:.0%} interval {c['low']:,.0f} to {c['high']:,.0f}).")
+    if by.get("tied with the fastest"):
+        lines.append(f"Tied with it (intervals overlap, so the seeds do not separate them): "
+                     f"{', '.join(by['tied with the fastest'])}.")
+    if by.get("slower"):
+        lines.append(f"Slower (interval above the fastest's): {', '.join(by['slower'])}.")
+    if by.get("did not generalize"):
+        lines.append("The median fresh seed did not generalize within the budget: "
+                     f"{', '.join(by['did not generalize'])}.")
+    return lines
 
 
 def _setting(trial: dict | None, searched: list[str]) -> str:
@@ -107,6 +173,7 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
     scale = results[0].figure.scale
     stem = f"{name}-{scale}"
     objective, penalty, budget = rows[0]["objective"], rows[0]["penalty"], rows[0]["budget"]
+    confirming = any(r["confirmed"] is not None for r in rows)
     threshold = results[0].figure.pieces[0].spec.first_trial().phases.threshold
     table = pd.DataFrame([{
         "method": r["label"],
@@ -114,6 +181,8 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
         "at the published setting (trial 0)": _steps(r["enqueued"], objective, penalty, budget),
         "best found": _steps(r["best"], objective, penalty, budget),
         "its setting": _setting(r["best"], r["searched"]),
+        **({"confirmed: median at fresh seeds (90 % interval)": _confirmed(r["confirmed"], penalty, budget)}
+           if confirming else {}),
         "trials": r["trials"], "wall": minutes(r["wall_s"]), "page": f"[{r['figure']}]({r['figure']}.md)"}
         for r in rows])
     curves_figure(rows, store, out / "img" / f"{stem}-curves.png", threshold)
@@ -122,14 +191,20 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
     lines = [f"# {name}: the methods side by side ({scale} scale)", "",
              f"Every method searched the same task with the same budget ({budget:,} steps), trials, seeds and ASHA "
              f"schedule; a trial scores the step its seeds' majority reached val accuracy {threshold:g} "
-             f"(`{objective.split('.', 1)[1]}`). Trial 0 is the paper's setting, enqueued.", "",
+             f"(`{objective.split('.', 1)[1]}`). Trial 0 is the paper's setting, enqueued."
+             + (" Then each method's best settings ran again at fresh seeds (the search never saw them); the "
+                "confirmed column is the median over those seeds of the best of them, with a bootstrap "
+                f"{LEVEL:.0%} interval, and methods whose intervals overlap are tied." if confirming else ""), "",
+             *(confirmed_lines(rows, penalty) + [""] if confirming else []),
              "```bash", *[f"grokray atlas --scale {scale} {r.figure.path.as_posix()}" for r in results], "```", "",
              md_table(table), "", "Sources of the published figures:", "",
              *[f"- {r['label']}: {r['source']}" for r in rows if r["source"]], "",
              f"![val accuracy of each method's best trial](img/{stem}-curves.png)", ""]
     if fastest is not None:
         steps = float(fastest["best"][objective])
-        lines += [f"Fastest: **{fastest['label']}**, {steps:,.0f} steps by the majority of its seeds."]
+        lines += [f"Fastest in the search: **{fastest['label']}**, {steps:,.0f} steps by the majority of its seeds"
+                  + (" (a best of many noisy trials: the confirmed column is the figure to quote)." if confirming
+                     else ".")]
         if baseline is not None and baseline["best"] is not None:
             base = float(baseline["best"][objective])
             lines += [f"The baseline, {baseline['label']}: {base:,.0f} steps; each method's best against it "
@@ -154,7 +229,8 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
             counts[phase] = counts.get(phase, 0) + n
     methods = [{"label": r["label"], "published_steps": r["published_steps"], "figure": r["figure"],
                 "enqueued": _value(r["enqueued"], objective), "best": _value(r["best"], objective),
-                "best_trial": int(r["best"]["number"]) if r["best"] else None, "trials": r["trials"]} for r in rows]
+                "best_trial": int(r["best"]["number"]) if r["best"] else None, "trials": r["trials"],
+                "confirmed": r["confirmed"]} for r in rows]
     (out / f"{stem}.json").write_text(json.dumps({
         "figure": stem, "scale": scale, "configurations": sum(counts.values()), "counts": counts,
         "estimate_s": round(sum(r.estimate_s for r in results), 1),

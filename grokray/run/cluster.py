@@ -49,6 +49,21 @@ def notices_to(path: Path):
         handler.close()
 
 
+class TuneResumeHint(logging.Filter):
+    """Drops Ray Tune's "Resume experiment with: Tuner.restore(path=...)" on a stop: grokray's own hint (the
+    command with its -s flags and --resume) is the one to follow, and two hints in two languages confuse."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "has been interrupted, but the most recent state was" not in record.getMessage()
+
+
+def quiet_tune_resume_hint() -> None:
+    """Install TuneResumeHint on Ray Tune's driver logger, once."""
+    tune_log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, TuneResumeHint) for f in tune_log.filters):
+        tune_log.addFilter(TuneResumeHint())
+
+
 @contextmanager
 def _env(name: str, value: str):
     """`name` set to `value` for the processes started inside (Ray's raylet reads its settings at start)."""

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from ..errors import LaunchFinished
 from ..search.config import SearchConfig, parse_search
-from ..search.confirm import confirmed_best, top_settings
+from ..search.confirm import CONFIRM_ARTIFACT_DIR, CONFIRM_FILE, ROW_COLUMNS, confirmed_best, top_settings
 from ..search.objective import OBJECTIVE_FNS
 from ..search.study import open_storage
 from ..spec import Spec, build_spec
@@ -29,10 +29,6 @@ from ..tracking.schema import CONFIRM_PENDING, CONFIRM_TAG, PHASE_TAG
 from ..tracking.store import Store
 from .cluster import resolve_storage
 from .options import LaunchOptions
-
-CONFIRM_ARTIFACT_DIR = "search"
-CONFIRM_FILE = "confirmation.csv"
-ROW_COLUMNS = ("setting", "seed", "phase", "score", "votes")  # then the setting's searched values
 
 
 def confirmation_spec(spec: Spec, cfg: SearchConfig, settings: list[dict]) -> Spec:

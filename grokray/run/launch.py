@@ -36,6 +36,7 @@ from .cluster import (
     check_gpu_request,
     gpu_free_bytes,
     idle_gpu_note,
+    quiet_tune_resume_hint,
     resolve_storage,
     slots,
     start_ray,
@@ -152,8 +153,8 @@ class Launch:
                 self.parent.close("KILLED", 0.0)
             except Exception:  # noqa: BLE001, S110 - the original error is the one to show
                 pass
-            print(f"grokray: the {self.kind} launch stopped ({exc_type.__name__}); continue it with --resume",
-                  file=sys.stderr)
+            print(f"grokray: the {self.kind} launch stopped ({exc_type.__name__}); continue it with: "
+                  f"{self.options.resume_command or '--resume'}", file=sys.stderr)
         self._stop_ray()
 
     def _stop_ray(self) -> None:
@@ -248,6 +249,7 @@ class Launch:
             self.delivery = BackgroundDelivery(self.parent).start()
         t0 = time.time()
         self.timings.setdefault("setup", t0 - self.t_start - self.timings.get("ray_start", 0.0))
+        quiet_tune_resume_hint()
         results = list(tuner.fit())
         self.timings["tune"] = self.timings.get("tune", 0.0) + time.time() - t0
         rnd = Round(results)

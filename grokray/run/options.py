@@ -30,6 +30,7 @@ class LaunchOptions:
     delivery_wait_s: float = 60.0  # after a tracking outage: how long the launch's close retries the backlog, once
     buffer_points: int = 200_000  # metric points a worker holds in memory while the tracking server is away
     parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
+    resume_command: str = ""  # the shell command that continues this launch (the CLI's, with its -s flags)
 
     def validate(self, places: bool = True) -> None:
         """Every option checked before Ray starts or MLflow is written; all mistakes at once (SpecError names

@@ -23,6 +23,9 @@ from ..config import coerce, unknown_key_error
 from ..errors import SpecError
 
 CONFIRM_KEYS = ("top", "seeds")
+CONFIRM_ARTIFACT_DIR = "search"  # the stage's rows, on the search's parent: search/confirmation.csv
+CONFIRM_FILE = "confirmation.csv"
+ROW_COLUMNS = ("setting", "seed", "phase", "score", "votes")  # then the setting's searched values
 LEVEL = 0.90  # the interval's coverage
 RESAMPLES = 10_000
 

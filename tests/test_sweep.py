@@ -180,6 +180,27 @@ def test_progress_is_a_live_line_on_a_terminal_and_plain_lines_in_a_log(capsys, 
     assert capsys.readouterr().out.startswith("\r[grokray] 3/10 configurations")
 
 
+def test_a_resumed_launchs_first_line_counts_what_its_first_launch_finished(capsys):
+    """Issue 52: after --resume the line said 0/60 with 13 done until a pack reported."""
+    from grokray.run.progress import ProgressLine
+
+    class T:
+        def __init__(self, i, last_result):
+            self.trial_id, self.last_result = str(i), last_result
+
+    restored = [T(0, {"members_done": 8, "members": 8, "step": 300, "total": 300, "phases": {"grokking": 8}}),
+                T(1, {"members_done": 5, "members": 8, "step": 120, "total": 300, "phases": {"confusion": 5}}),
+                T(2, {})]  # not started yet
+    line = ProgressLine(total_configs=60, total_work=60 * 300, mode="always", every_s=0)
+    line.setup()
+    line.on_step_end(0, restored)  # Tune's first step of the restored experiment, before any new result
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "[grokray] 13/60 configurations | confusion 5 grokking 8 |" in first, first
+    line.on_trial_result(1, restored, restored[2], {"members_done": 1, "members": 8, "step": 10, "total": 300,
+                                                    "phases": {"memorization": 1}})
+    assert "14/60 configurations" in line.line()  # a new result adds to them; the restored ones are not lost
+
+
 def test_progress_keeps_talking_between_reports_and_counts_a_stopped_member_as_its_budget(capsys):
     """Issue 39: a log got no line for 25 minutes while packs trained; the ETA swung with early stoppers."""
     from grokray.run.progress import ProgressLine

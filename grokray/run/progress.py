@@ -94,13 +94,19 @@ class ProgressLine(tune.Callback):
         sys.stdout.flush()
         self.width = len(text)
 
+    def _restored(self, trials) -> None:
+        """Every trial's last result the line has not seen: a resumed launch counts, from its first line, the
+        packs its earlier launch finished (their results come back with Tune's restored state)."""
+        self.latest.update({t.trial_id: t.last_result for t in trials
+                            if t.last_result and t.trial_id not in self.latest})
+
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        # every trial's last result, so a resumed launch counts the packs its first launch finished
-        self.latest.update({t.trial_id: t.last_result for t in trials if t.last_result and t is not trial})
+        self._restored(trials)
         self.latest[trial.trial_id] = result
         self._draw()
 
     def on_step_end(self, iteration, trials, **info):
+        self._restored(trials)
         self._draw()  # the clock moves on between reports: a plain line every interval, a live line every 0.5 s
 
     def on_trial_complete(self, iteration, trials, trial, **info):

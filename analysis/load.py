@@ -158,7 +158,7 @@ class FrameBuilder:
         row = {} if narrow else {"run_id": r.run_id, "status": r.status, "start_time": r.start_ms,
                                  "run_name": r.name or tags.get("mlflow.runName")}
         for tag, col in _TAG_COLUMNS.items():
-            if not narrow or col in ("phase", "model", "task", "parent_run_id"):
+            if not narrow or col in ("phase", "model", "task", "parent_run_id", "trial_key"):  # key: a pool dedupes
                 row[col] = None if tags.get(tag) is None else shared(tags[tag])
         run_swept = _json_list(tags.get(SWEPT_TAG))
         for k, v in r.params.items():

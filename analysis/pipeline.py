@@ -20,11 +20,12 @@ from . import plots
 from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
 from .labels import runs_subtitle, step_unit
+from .launches import LaunchRead, MixedLaunches, counted_once, differences, launches_read, pool_differences
 from .load import load_runs, open_store, parent_runs
 from .plots_diagram import plot_comparison, plot_phase_diagram, plot_steps_heatmap
 from .representations import agop_image, pca
 
-__all__ = ["Analysis", "analyze", "default_axes", "phase_table_text", "summary_lines"]
+__all__ = ["Analysis", "MixedLaunches", "analyze", "default_axes", "phase_table_text", "summary_lines"]
 
 ARTIFACT_DIR = ANALYSIS_DIR  # where the files go among the parent run's artifacts
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -39,6 +40,9 @@ class Analysis(NamedTuple):
     comparison: Comparison | None = None
     other_label: str | None = None
     representations: pd.DataFrame | None = None
+    read: list[LaunchRead] | tuple = ()  # the launches this analysis read (latest first)
+    other_read: list[LaunchRead] | tuple = ()  # and those it compared them with
+    mixed: list[str] | tuple = ()  # how they differ, where told to mix them
 
 
 def default_axes(df: pd.DataFrame, x: str | None = None, y: str | None = None) -> tuple[str, str]:
@@ -105,7 +109,11 @@ def _cells_text(grid: PhaseGrid) -> str:
 
 def summary_lines(result: Analysis) -> list[str]:
     """The text `grokray analyze` prints: phase table, the majority phase per cell, the comparison."""
-    lines = [phase_table_text(result.counts), "", _cells_text(result.grid)]
+    lines = [f"read: {launch.describe()}" for launch in result.read]
+    lines += [f"compared with: {launch.describe()}" for launch in result.other_read]
+    lines += [f"MIXED (told to mix them): {d}" for d in result.mixed]
+    lines += ["" if lines else None, phase_table_text(result.counts), "", _cells_text(result.grid)]
+    lines = [line for line in lines if line is not None]
     if result.comparison is not None:
         trans = transition_lines(result.comparison)
         lines += ["", f"compared with {result.other_label}: "
@@ -159,7 +167,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
             x: str | None = None, y: str | None = None, compare_to: str | None = None,
             tracking_uri: str | None = None, representations: bool = False, log: bool = True,
             all_parents: bool = False, max_figures: int = 4, narrow: bool = False,
-            runs: pd.DataFrame | None = None, title: str | None = None) -> Analysis:
+            runs: pd.DataFrame | None = None, title: str | None = None, mixed: bool = False) -> Analysis:
     """Write phase_diagram.{png,svg}, steps_heatmap.{png,svg}, phase_table.txt and cells.csv (and with
     compare_to: comparison.{png,svg}, transitions.csv, changed_cells.csv; with representations:
     representations.csv and, for up to max_figures runs (one per phase first), state_<phase>_<run>.{png,svg}: the
@@ -172,6 +180,8 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     then ~0.2 KB a run, not every param and metric of every run (~1 GB). Analysis.runs is then narrow.
     runs: the parent's children already in hand (runs_to_frame's frame; a launch's close builds it as it counts
     them): nothing is read.
+    mixed: compare or pool launches of different budgets, thresholds or seeds (else MixedLaunches); the
+    differences are then in Analysis.mixed. A pool counts a configuration two launches trained once.
     """
 
     axes = [a for a in (x, y) if a]  # a narrow read keeps the axes the user names
@@ -186,6 +196,11 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         raise ValueError("give an experiment or a parent run id")
     if df.empty or df["phase"].notna().sum() == 0:
         raise ValueError(f"no finished configurations in {parent_run_id or experiment!r} (no grokray.phase tags)")
+    read = launches_read(df, tracking_uri) if runs is None else []
+    told: list[str] = []
+    if len(read) > 1:  # a pool (--all-parents): one setup, each configuration once
+        told += _allowed(MixedLaunches("the pool of every launch", pool_differences(read)), mixed)
+        df = counted_once(df)
     x, y = default_axes(df, x, y)
     name = title or experiment or launch_label(parent_run_id, tracking_uri)
     out = Path(out_dir)
@@ -205,9 +220,12 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     files += [out / "phase_table.txt", out / "cells.csv"]
 
     comparison = other_label = None
+    other_read: list[LaunchRead] = []
     if compare_to is not None:
         other = _load(compare_to, tracking_uri)
         other_label = _label(compare_to, tracking_uri)
+        other_read = launches_read(other, tracking_uri)
+        told += _allowed(MixedLaunches(f"the comparison with {other_label}", differences(read, other_read)), mixed)
         comparison = compare(df, other, x, y)
         files += plots.save_figure(plot_comparison(comparison, labels=(name, other_label)), out / "comparison")
         comparison.transitions.to_csv(out / "transitions.csv", index=False)
@@ -233,4 +251,12 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         store = open_store(tracking_uri)
         for f in files:
             store.log_artifact(parent, f, ARTIFACT_DIR)
-    return Analysis(df, grid, counts, parent if log else None, files, comparison, other_label, reps)
+    return Analysis(df, grid, counts, parent if log else None, files, comparison, other_label, reps, read,
+                    other_read, told)
+
+
+def _allowed(problem: MixedLaunches, mixed: bool) -> list[str]:
+    """The differences, where told to mix; MixedLaunches where there are some and it was not."""
+    if problem.differences and not mixed:
+        raise problem
+    return problem.differences

@@ -7,8 +7,9 @@ import os
 import sys
 
 from .errors import LaunchFinished, Mistakes, SpecError
-from .run.options import LaunchOptions
+from .run.options import PROGRESS_MODES, LaunchOptions
 from .run.signals import sigterm_as_ctrl_c
+from .spec_keys import SCALES
 from .supervisor import supervise, wanted, watch_supervisor
 from .terminal import EXAMPLES, OneLineParser, package_version, resume_command
 
@@ -175,12 +176,16 @@ def _analyze(args) -> int:
     if args.experiment is None and args.parent is None:
         raise SpecError("--experiment", "give the experiment (the spec's name) or --parent RUN_ID")
     uri = existing_store(args.tracking_uri)  # a reading command never creates a store
-    from analysis.pipeline import analyze, summary_lines
+    from analysis.pipeline import MixedLaunches, analyze, summary_lines
 
     try:
         result = analyze(args.output, experiment=args.experiment, parent_run_id=args.parent, x=args.x, y=args.y,
                          compare_to=args.compare, tracking_uri=uri, representations=args.representations,
-                         log=not args.no_log, all_parents=args.all_parents, narrow=not args.representations)
+                         log=not args.no_log, all_parents=args.all_parents, narrow=not args.representations,
+                         mixed=args.mixed)
+    except MixedLaunches as exc:
+        raise SpecError("--compare" if args.compare else "--all-parents", f"{exc}; pass --mixed to read them "
+                        "together anyway") from None
     except (KeyError, ValueError) as exc:  # the flag the message names (--x, --y), else where the runs came from
         text = str(exc).strip("'\"")
         flag, _, rest = text.partition(": ")
@@ -239,9 +244,8 @@ def _tracking_flag() -> argparse.ArgumentParser:
 def _launch_flags() -> argparse.ArgumentParser:
     """The flags of every command that launches trials (the fields of LaunchOptions)."""
     flags = argparse.ArgumentParser(add_help=False)
-    flags.add_argument("--resume", action="store_true",
-                       help="continue the last interrupted launch of this spec (a search: its study; stored trials "
-                            "keep their values, none is re-run)")
+    flags.add_argument("--resume", action="store_true", help="continue the last interrupted launch of this spec (a "
+                       "search: its study; stored trials keep their values, none is re-run)")
     flags.add_argument("--max-concurrent", type=int, default=None, metavar="N", help="trials (packs) running at once")
     flags.add_argument("--address", default=None, metavar="ADDR",
                        help="Ray cluster to join (default: $RAY_ADDRESS, else a private local Ray)")
@@ -249,23 +253,21 @@ def _launch_flags() -> argparse.ArgumentParser:
                        help="Ray Tune results and checkpoints, and undelivered metrics: a local path or shared/cloud "
                             "URI (default: ./grokray-results; a search's journal defaults to <PATH>/<study>.optuna"
                             ".journal unless search.storage names a journal file or an RDB URL)")
-    flags.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
-                       help="steps per chunk; after a chunk, a pack reports at most every --report-every seconds")
+    flags.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS", help="steps per chunk; after "
+                       "a chunk, a pack reports at most every --report-every seconds")
     flags.add_argument("--report-every", type=float, default=None, metavar="SECONDS",
                        help="how often a pack sends its new curve points to MLflow, checkpoints and reports to "
                             "Tune (default: 30, a search every chunk; a node that dies loses at most this much of "
                             "each pack's work)")
-    flags.add_argument("--delivery-wait", type=float, default=60.0, metavar="SECONDS",
-                       help="after a tracking outage, how long to retry the held-back metrics before leaving "
-                            "them on disk for `grokray replay` (default: 60)")
+    flags.add_argument("--delivery-wait", type=float, default=60.0, metavar="SECONDS", help="after a tracking "
+                       "outage, how long to retry held-back metrics before leaving them for `grokray replay` (60)")
     _progress_flag(flags)
     return flags
 
 
 def _progress_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
-                   help="auto: a live line on a terminal, a plain line at most every 30 s in a log (nohup, ray job "
-                        "submit, CI); always: plain lines even on a terminal; never")
+    p.add_argument("--progress", choices=PROGRESS_MODES, default="auto", help="auto: a live line on a terminal, a "
+                   "plain line at most every 30 s in a log (nohup, ray job, CI); always: plain lines; never")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -279,13 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("spec", help="YAML spec file")
         p.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                        help="dotted override, e.g. -s optim.decoder.lr=3e-4 (repeatable)")
-        p.add_argument("--scale", choices=["smoke", "reduced", "paper"], default=None,
-                       help="apply the spec's smoke: or reduced: preset (paper: the spec as written)")
+        p.add_argument("--scale", choices=SCALES, default=None, help="apply the spec's smoke: or reduced: preset "
+                       "(paper: the spec as written)")
 
     train = sub.add_parser("train", help="train one configuration (the first sweep point) and print its phase")
     common(train)
-    train.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                       help="where to train the configuration (default: cpu; cuda needs a CUDA build of torch)")
+    train.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train the configuration "
+                       "(default: cpu; cuda needs a CUDA build of torch)")
     train.set_defaults(func=_train)
 
     run = sub.add_parser("run", parents=[launching, tracking],
@@ -310,9 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep retrying an unreachable server this long (default: 60)")
     replay.set_defaults(func=_replay)
 
-    search = sub.add_parser("search", parents=[launching, tracking],
-                            help="Optuna search (inside Ray Tune) for the settings that generalize fastest (the "
-                                 "spec's search: block); a persistent, resumable study")
+    search = sub.add_parser("search", parents=[launching, tracking], help="Optuna search (inside Ray Tune) for "
+                            "the settings that generalize fastest (the spec's search: block); a resumable study")
     common(search)
     search.add_argument("--n-trials", type=int, default=None, metavar="N",
                         help="trials the study should hold when done (default: search.n_trials)")
@@ -329,17 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the experiment to open (default: the one with the latest sweep)")
     ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine only)")
     ui.add_argument("--port", type=int, default=None, help="port (default: 5000; with --optuna 8080)")
-    ui.add_argument("--optuna", default=None, metavar="JOURNAL",
-                    help="serve the study journal grokray search wrote, with optuna-dashboard (pip install -e "
-                         "'.[dashboard]')")
+    ui.add_argument("--optuna", default=None, metavar="JOURNAL", help="serve the study journal grokray search "
+                    "wrote, with optuna-dashboard (pip install -e '.[dashboard]')")
     ui.set_defaults(func=_ui)
 
-    atlas = sub.add_parser("atlas", parents=[tracking],
-                           help="run every figure's spec at a scale (skipping what MLflow already holds) and write "
-                                "one page per figure, with its diagram and the paper's expectation")
+    atlas = sub.add_parser("atlas", parents=[tracking], help="run every figure's spec at a scale (skipping what "
+                           "MLflow holds) and write one page per figure, with its diagram and the paper's expectation")
     atlas.add_argument("specs", nargs="*", metavar="SPEC", help="spec files (default: sweeps/*.yaml)")
-    atlas.add_argument("--scale", choices=["smoke", "reduced", "paper"], required=True,
-                       help="smoke / reduced: the spec's preset; paper: the spec itself (in its atlas pieces)")
+    atlas.add_argument("--scale", choices=SCALES, required=True, help="smoke / reduced: the spec's preset; paper: "
+                       "the spec itself (in its atlas pieces)")
     atlas.add_argument("-o", "--output", default="docs/atlas", metavar="DIR", help="pages (default: docs/atlas)")
     atlas.add_argument("--storage", default=None, metavar="PATH",
                        help="Ray Tune results and search journals (default: ./grokray-results)")
@@ -351,13 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "the pages quote it in their commands")
     atlas.set_defaults(func=_atlas)
 
-    analyze = sub.add_parser("analyze", parents=[tracking],
-                             help="phase diagram, steps heatmap and phase table of a sweep from MLflow; the figures "
-                                  "are also logged on its parent run")
+    analyze = sub.add_parser("analyze", parents=[tracking], help="phase diagram, steps heatmap and phase table of "
+                             "a sweep from MLflow; the figures are also logged on its parent run")
     analyze.add_argument("--experiment", default=None, metavar="NAME",
                          help="MLflow experiment (the spec's name); its latest parent run unless --all-parents")
     analyze.add_argument("--parent", default=None, metavar="RUN_ID", help="one `grokray run` (its parent run id)")
-    analyze.add_argument("--all-parents", action="store_true", help="aggregate the children of every parent run")
+    analyze.add_argument("--all-parents", action="store_true", help="pool every launch (a configuration once)")
+    analyze.add_argument("--mixed", action="store_true", help="compare or pool launches of different budgets, "
+                         "thresholds or seeds (refused otherwise)")
     analyze.add_argument("--x", default=None, metavar="AXIS", help="x axis (default: the first swept axis)")
     analyze.add_argument("--y", default=None, metavar="AXIS", help="y axis (default: the second swept axis)")
     analyze.add_argument("--compare", default=None, metavar="OTHER",

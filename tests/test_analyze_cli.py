@@ -174,6 +174,59 @@ def test_analyze_cli_compare(store, tmp_path, capsys):
     assert "no phase changed" in capsys.readouterr().out
 
 
+def _copy_launch(store, experiment: str, params: dict | None = None, start_ms: int = 0) -> str:
+    """The quickstart's launch copied as one more parent run of `experiment` (made if new), its children's params
+    changed by `params` (a budget, a threshold); trial keys kept, as a launch of the same spec would have them."""
+    client = store["client"]
+    found = client.get_experiment_by_name(experiment)
+    exp = found.experiment_id if found else client.create_experiment(experiment)
+    parent = client.create_run(exp, run_name=f"{experiment} sweep", start_time=start_ms or None,
+                               tags={"grokray.role": "parent"}).info.run_id
+    for r in _children(store):
+        tags = {t: v for t, v in r.data.tags.items() if t.startswith("grokray.")}
+        run_id = client.create_run(exp, run_name=r.info.run_name, tags={**tags, "mlflow.parentRunId": parent},
+                                   start_time=start_ms or None).info.run_id
+        values = {**r.data.params, **(params or {})}
+        batch = [Param(a, str(b)) for a, b in values.items()]
+        for i in range(0, len(batch), 100):
+            client.log_batch(run_id, params=batch[i:i + 100])
+        client.log_batch(run_id, metrics=[Metric(m, v, 0, 0) for m, v in r.data.metrics.items()])
+        client.set_terminated(run_id)
+    client.set_terminated(parent)
+    return parent
+
+
+def test_analyze_names_what_it_read_and_refuses_to_mix_budgets_unless_told(store, tmp_path, capsys):
+    """Issue 52: a 300-step launch was compared with a 5,000-step one, and a pool counted a seed twice."""
+    base = ["analyze", "--tracking-uri", store["uri"], "-o", str(tmp_path / "m"), "--no-log"]
+    budget = int(float(_children(store)[0].data.params["phases.budget"]))
+    longer = _copy_launch(store, "quickstart-longer", {"phases.budget": budget * 20, "train.steps": budget * 20})
+    assert main([*base, "--experiment", "quickstart", "--compare", "quickstart-longer"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("grokray: error: --compare: the comparison with quickstart-longer mixes") and "\n" not in err
+    assert f"budget {budget:g} against {budget * 20:g}" in err and "--mixed" in err
+    assert main([*base, "--experiment", "quickstart", "--compare", "quickstart-longer", "--mixed"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("read: quickstart sweep ") and f"(parent {store['parent'][:8]}): 8 runs" in out[0]
+    assert out[1].startswith("compared with: quickstart-longer sweep") and longer[:8] in out[1]
+    assert f"MIXED (told to mix them): budget {budget:g} against {budget * 20:g}" in out
+
+    # a pool of two launches of one setup: each configuration once, as the latest launch ran it
+    one = load_runs("quickstart", tracking_uri=store["uri"])
+    _copy_launch(store, "quickstart-twice", start_ms=1_000)
+    _copy_launch(store, "quickstart-twice", start_ms=2_000)
+    assert main([*base, "--experiment", "quickstart-twice", "--all-parents"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("read: quickstart-twice sweep") == 2
+    for phase, n in phase_counts(one).items():
+        if n:
+            assert any(line.split()[:2] == [phase, str(n)] for line in printed.splitlines()), (phase, printed)
+    _copy_launch(store, "quickstart-twice", {"phases.threshold": 0.5}, start_ms=3_000)  # another threshold
+    assert main([*base, "--experiment", "quickstart-twice", "--all-parents"]) == 2
+    err = capsys.readouterr().err
+    assert "--all-parents: the pool of every launch mixes" in err and "threshold 0.5 against 0.9" in err
+
+
 def test_analyze_cli_errors_are_one_line(store, tmp_path, capsys):
     base = ["analyze", "--tracking-uri", store["uri"], "-o", str(tmp_path / "x"), "--no-log"]
     for extra, needle in ((["--experiment", "nope"], "quickstart"), (["--experiment", "quickstart", "--x", "lr"],

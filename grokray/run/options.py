@@ -9,6 +9,7 @@ from ..errors import Mistakes, SpecError
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem, writable_dir_problem
 
 DEFAULT_STORAGE = "grokray-results"  # --storage's default, under the working directory
+PROGRESS_MODES = ("auto", "always", "never")  # --progress (run/progress.py draws them)
 EXIT_OK, EXIT_INCOMPLETE, EXIT_UNDELIVERED = 0, 1, 3  # the CLI's exit codes after a launch (2: a SpecError)
 
 
@@ -43,8 +44,8 @@ class LaunchOptions:
             (self.min_report_s is not None and self.min_report_s < 0, "--report-every",
              f"got {self.min_report_s}; must be >= 0"),
             (self.delivery_wait_s < 0, "--delivery-wait", f"got {self.delivery_wait_s}; must be >= 0"),
-            (self.progress not in ("auto", "always", "never"), "--progress",
-             f"got {self.progress!r}; allowed: auto, always, never"),
+            (self.progress not in PROGRESS_MODES, "--progress",
+             f"got {self.progress!r}; allowed: {', '.join(PROGRESS_MODES)}"),
             (self.max_failures < 0, "max_failures", f"got {self.max_failures}; must be >= 0"),
         ]
         uri = resolve_tracking_uri(self.tracking_uri)

@@ -23,7 +23,6 @@ def _fmt_s(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-PROGRESS_MODES = ("auto", "always", "never")
 PLAIN_EVERY_S = 30.0
 
 

@@ -185,7 +185,11 @@ def test_a_server_that_does_not_come_back_exits_3_and_replay_delivers_everything
     runs = check_children(server.url, spec, n)
     if kind == "search":
         check_study(tmp_path / "results", runs, spec)
+        arts = {a.path for a in MlflowClient(server.url).list_artifacts(parent.info.run_id, "search")}
+        assert "search/trials.csv" in arts  # the study's report, left to the replay by the close
     assert parent.info.status == "FINISHED"
+    assert "grokray.summary_rows" in parent.data.tags and "mlflow.note.content" in parent.data.tags
+    assert not Path(spool_dir).exists()  # nothing left behind
     report(f"tracking_never_back_{kind}", exit_code=code, points_lost=0, configurations=n)
 
 

@@ -81,6 +81,17 @@ def test_a_launch_whose_server_is_down_from_the_start_trains_everything(local_ra
     assert counts == summary.phase_counts
     spec_text = MlflowClient(server.url).download_artifacts(parent.info.run_id, "spec.resolved.yaml")
     assert Path(spec_text).read_text().startswith("name: quickstart")
+    # the replay ends the record as a close that reached the store would have (issue 52): the runs table, the
+    # description, the phase diagram, the counts as tags; no folder left, and a second replay has nothing to do
+    tags = parent.data.tags
+    assert tags["grokray.summary_rows"] == str(len(spec.trials()))
+    assert tags["mlflow.note.content"].startswith("**quickstart**: grid launch finished")
+    assert {k: int(v) for k, v in tags.items() if k.startswith("grokray.phase_count.")} == {
+        f"grokray.phase_count.{p}": n for p, n in summary.phase_counts.items()}
+    figures = {a.path for a in MlflowClient(server.url).list_artifacts(parent.info.run_id, "analysis")}
+    assert "analysis/phase_diagram.png" in figures
+    assert not Path(spool).exists()
+    assert main(["replay", spool, "--tracking-uri", server.url]) == 0
     report("server_down_from_the_start", configurations=len(spec.trials()), wall_s=round(wall),
            delivery_wait_s=60, max_idle_slot_s=round(max(idle), 2), exit_code=summary.exit_code, points_lost=0)
 

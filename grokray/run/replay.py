@@ -10,14 +10,23 @@ from ..errors import SpecError
 from ..search.study import LINK_FILE
 from ..tracking.client import tracking_client
 from ..tracking.delivery import pending_points, replay_dir, spool_files
+from ..tracking.store import Store
 from ..tracking.uri import resolve_tracking_uri
+from .complete import complete_launch
 
 
 def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
-    """Deliver, print what went, and return the exit code (3: batches are still undelivered)."""
-    if not spool_files(spool_dir):
-        raise SpecError("dir", f"no spool files (*.jsonl) in {str(Path(spool_dir))!r}; nothing to replay")
+    """Deliver, complete the launch's record (run/complete.py), print what went, and return the exit code
+    (3: batches are still undelivered)."""
     uri = resolve_tracking_uri(tracking_uri)
+    if not spool_files(spool_dir):
+        done = Store(uri).launch_parent(Path(spool_dir).name)  # replayed before: its folder went with its batches
+        if done is None:
+            raise SpecError("dir", f"no spool files (*.jsonl) in {str(Path(spool_dir))!r} and no launch of that "
+                                   f"key in {uri}; nothing to replay")
+        complete_launch(spool_dir, uri)
+        print(f"nothing left to replay: launch {Path(spool_dir).name} is delivered (parent run {done.run_id})")
+        return 0
     batches, points = pending_points(spool_dir)
     sent, sent_points, left = replay_dir(spool_dir, tracking_client(uri), deadline_s=wait_s)
     print(f"replayed {sent} of {batches} batches ({sent_points} of {points} metric points) to {uri}")
@@ -29,4 +38,7 @@ def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
         print(f"grokray: {left} batches still undelivered in {spool_dir}; is {uri} up? run this again",
               file=sys.stderr)
         return 3
+    parent = complete_launch(spool_dir, uri)
+    if parent is not None:
+        print(f"the launch's record is complete (parent run {parent}: runs table, description, figures)")
     return 0

@@ -65,6 +65,7 @@ from ..tracking.schema import (
 from ..tracking.store import Store
 from ..tracking.uri import resolve_tracking_uri
 from .cluster import check_gpu_request, resolve_storage
+from .complete import stored_spec
 from .confirm import confirmation_pending, run_confirmation
 from .launch import Launch
 from .options import LaunchOptions, LaunchSummary
@@ -278,6 +279,9 @@ def link_after_replay(spool_dir: str, uri: str) -> int:
         return 0
     parent.attach(run)
     linked = link_runs(parent, study)
+    store = Store(uri)  # the study's report, which the close left to the replay while the store was away
+    parent.end_unfinished_children(SEARCH_PRUNED_TAG)
+    log_parent_results(store, run.run_id, study, parse_search(stored_spec(store, run.run_id)))
     path.unlink()
     return linked
 

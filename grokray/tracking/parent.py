@@ -281,6 +281,11 @@ class ParentRun:
                 retry(self.client.set_tag, self.run_id, RUNS_SUMMARY_TAG, str(rows))
         return dict(sorted(counts.items()))
 
+    def count_children(self, on_record=None) -> dict[str, int]:
+        """A closed launch's children counted again and its runs table written: what `grokray replay` does for a
+        launch whose close could not reach the store. `on_record` as in the close."""
+        return self._end_and_count_children(table=True, on_record=on_record)
+
     def delete_unfinished(self, keys: set[str]) -> int:
         """Delete the children of these trial keys that never got a phase (a round that is started again would
         otherwise leave them beside the runs it makes). Returns how many."""

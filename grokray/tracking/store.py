@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from .client import STREAM_PAGE, find_parent, log_metrics, retry, search_all, search_pages
 from .records import Point, RunRecord, read_table, table_rows
-from .schema import RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG, children_filter
+from .schema import LAUNCH_TAG, PARENT, ROLE_TAG, RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG, children_filter
 
 
 def record(run) -> RunRecord:
@@ -52,6 +52,14 @@ class Store:
         found = retry(self.client.search_runs, experiment_ids, filter_string=filter_string, max_results=1,
                       order_by=["attributes.start_time DESC"]) if experiment_ids else []
         return record(found[0]) if found else None
+
+    def launch_parent(self, launch_key: str) -> RunRecord | None:
+        """The parent run of one launch, by the key it was given before the server answered (names its spool),
+        in whichever experiment it is."""
+        ids = list(self.experiments())
+        found = self.latest(ids, f"tags.`{LAUNCH_TAG}` = '{launch_key}' and tags.`{ROLE_TAG}` = '{PARENT}'") \
+            if ids else None
+        return found
 
     def run(self, run_id: str) -> RunRecord:
         return record(retry(self.client.get_run, run_id))

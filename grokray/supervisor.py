@@ -122,6 +122,10 @@ def watch_supervisor() -> None:
     def watch():
         while os.getppid() == first:
             time.sleep(1.0)
+        try:  # the supervisor's beat file: nobody will remove it now (no file left in /tmp)
+            os.unlink(os.environ.get(STOP_BEAT_ENV, ""))
+        except OSError:
+            pass
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="grokray-supervisor-watch", daemon=True).start()

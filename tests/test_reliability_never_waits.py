@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -206,6 +207,41 @@ def test_ctrl_c_then_resume_starts_no_configuration_twice(tmp_path):
     assert resumes >= 1  # the interrupted pack went on from its checkpoint
     report("ctrl_c_then_resume", configurations=len(runs), finished_before=len(finished), started_twice=0,
            continued=resumes)
+
+
+def test_ctrl_c_during_the_delivery_wait_ends_the_wait(tmp_path, server):
+    """Issue 52: Ctrl-C while the close retried a server that was away was ignored for 29 s. Now the wait is said
+    as it starts, and Ctrl-C ends it: exit 3 with the replay line, what is left waiting in the spool."""
+    server.stop()
+    args = [str(GROKRAY), "run", str(QUICKSTART), "--scale", "smoke", "-s", "seeds=[1]", "--tracking-uri", server.url,
+            "--storage", str(tmp_path / "results"), "--delivery-wait", "120", "--progress", "never"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_cli_env(True), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    err_lines: list[str] = []
+    reader = threading.Thread(target=lambda: err_lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("is not answering; retrying the held-back metrics" in x for x in err_lines), 300,
+                 "the close's delivery wait")
+        t0 = time.time()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        waited = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(timeout=10)
+    err = "".join(err_lines)
+    assert proc.returncode == 3, err[-2000:]
+    assert waited < 15, waited  # not the 120 s the wait allowed
+    spool = replayed_dir(err)
+    assert Path(spool).is_dir()
+    server.start()
+    from grokray.cli import main
+
+    assert main(["replay", spool, "--tracking-uri", server.url]) == 0
+    check_complete(server.url, load_spec(QUICKSTART, ["seeds=[1]"], scale="smoke"))
+    report("ctrl_c_in_delivery_wait", stopped_s=round(waited, 1), exit_code=proc.returncode)
 
 
 def _ours(pid: int) -> set[int]:

@@ -61,3 +61,55 @@ def test_a_stop_is_waited_for_while_the_driver_beats_and_killed_once_it_goes_sil
         assert "made no progress in stopping for 1.2 s" in err
         assert took < 3.0
     assert not list(tmp_path.glob("grokray-stop-beat-*")), "the supervisor left its beat file behind"
+
+
+CLOSED_DRIVER = """
+import sys, time
+from grokray.run.signals import ignore_stops, take_stops
+open(sys.argv[1] + "/ready", "w").close()
+time.sleep(0.5)
+ignore_stops()  # the launch's record is closed
+open(sys.argv[1] + "/closed", "w").close()
+time.sleep(1.5)  # Ray's shutdown, the last seconds a stop used to cut
+take_stops()
+print("phase table")
+"""
+
+
+def test_a_stop_after_the_close_keeps_the_exit_code_and_the_last_lines(tmp_path):
+    """Issue 52: SIGTERM in the last seconds of a finished launch turned exit 0 into 143, the table unprinted."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("GROKRAY_SUPERVISE", None)
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR.format(driver=CLOSED_DRIVER), str(tmp_path)],
+                           env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "closed").exists():
+        assert time.monotonic() < deadline and sup.poll() is None
+        time.sleep(0.05)
+    sup.send_signal(signal.SIGTERM)  # passed on to the driver, in its last seconds
+    out, _ = sup.communicate(timeout=30)
+    assert sup.returncode == 0 and out.strip() == "phase table"
+    assert not list(tmp_path.glob("grokray-stop-beat-*"))
+
+
+def test_a_driver_whose_supervisor_was_killed_removes_its_beat_file(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("GROKRAY_SUPERVISE", None)
+    driver = """
+import sys, time
+from grokray.supervisor import watch_supervisor
+watch_supervisor()
+open(sys.argv[1] + "/ready", "w").close()
+time.sleep(60)
+"""
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR.format(driver=driver), str(tmp_path)], env=env)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline and sup.poll() is None
+        time.sleep(0.05)
+    assert len(list(tmp_path.glob("grokray-stop-beat-*"))) == 1
+    sup.kill()  # SIGKILL: the supervisor cleans nothing up
+    sup.wait()
+    while list(tmp_path.glob("grokray-stop-beat-*")):  # the driver sees its supervisor gone within a second
+        assert time.monotonic() < deadline
+        time.sleep(0.1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -26,6 +27,7 @@ from ray import tune
 from ..errors import LaunchFinished, SpecError
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
+from ..tracking.delivery import pending_points
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
 from ..tracking.schema import CONFIGURATIONS_TAG
@@ -47,7 +49,7 @@ from .options import LaunchOptions, LaunchSummary, launch_status
 from .pack_files import store_packs
 from .progress import ProgressLine
 from .report import closing_runs, report_on_parent
-from .signals import stop_beat
+from .signals import ignore_stops, stop_beat, stops_end, take_stops
 from .trainable import train_pack
 from .warm import driver_imports_in_background
 
@@ -156,6 +158,7 @@ class Launch:
             print(f"grokray: the {self.kind} launch stopped ({exc_type.__name__}); continue it with: "
                   f"{self.options.resume_command or '--resume'}", file=sys.stderr)
         self._stop_ray()
+        take_stops()  # the record is closed and Ray is down: a stop signal stops the process again
 
     def _stop_ray(self) -> None:
         if self.started_ray:
@@ -283,12 +286,18 @@ class Launch:
         if self.delivery is not None:
             self.delivery.stop()
         stop_beat()
+        waiting = stops_end(threading.Event())  # Ctrl-C or SIGTERM now ends the delivery wait, not the close
+        if self.options.delivery_wait_s > 0 and pending_points(self.spool_dir)[0] and not self.parent.answers():
+            print(f"grokray: MLflow at {self.uri} is not answering; retrying the held-back metrics for up to "
+                  f"{self.options.delivery_wait_s:g} s (Ctrl-C stops waiting: `grokray replay` delivers them later)",
+                  file=sys.stderr, flush=True)
         runs = None if self.kind == "search" else closing_runs()  # a search's figures are the study's
         closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics,
                                    on_page=stop_beat, on_record=None if runs is None else runs.add,
-                                   packs=self.every_pack(results))
+                                   packs=self.every_pack(results), stop=waiting)
         stop_beat()
         self.closed = True
+        ignore_stops()  # closed: a stop signal now would only cut the report and Ray's shutdown (exit 143)
         self.timings["finish"] = time.time() - t0
         if not closed.undelivered and self.parent.run_id:  # the server holds every run: the figure can be drawn
             self.timings["report"] = report_on_parent(self.parent, self.spec, self.kind, status, closed.phase_counts,

@@ -27,3 +27,29 @@ def stop_beat() -> None:
             os.utime(path)
         except OSError:  # the supervisor is gone, or its file is: nobody is waiting on the beat
             pass
+
+
+def stops_end(event: threading.Event) -> threading.Event:
+    """From here on SIGINT and SIGTERM set `event` (a launch's close: they end its wait for a tracking server
+    that is away, and the close goes on to say how to deliver the rest). Tune's fit leaves a SIGINT handler of
+    its own that only flags a Tune run which is over; this replaces it. Returns `event`."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: event.set())
+    return event
+
+
+def ignore_stops() -> None:
+    """A launch's record is closed: SIGINT and SIGTERM have nothing left to stop until Ray is down and the CLI has
+    said how it ended, so they are ignored (a stop in those last seconds turned exit 0 into 143, the phase table
+    unprinted). take_stops() restores them."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def take_stops() -> None:
+    """Ctrl-C as KeyboardInterrupt, SIGTERM as Ctrl-C again (ray.shutdown may also have reset SIGTERM)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sigterm_as_ctrl_c()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import uuid
 from collections import deque
@@ -204,10 +205,12 @@ def pending_points(directory: str | Path) -> tuple[int, int]:
 
 
 def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: list | None = None,
-               resolved: dict[str, str] | None = None) -> tuple[int, int, int]:
+               resolved: dict[str, str] | None = None, stop: threading.Event | None = None) -> tuple[int, int, int]:
     """Deliver every spooled batch under `directory` (or the files `only`), retrying transient failures until
-    `deadline_s` from now. Returns (batches delivered, their points, batches still undelivered). `resolved`:
-    trial keys (and launch keys) whose runs are known, shared with a courier."""
+    `deadline_s` from now, or until `stop` is set (Ctrl-C during a launch's close). Returns (batches delivered,
+    their points, batches still undelivered). `resolved`: trial keys (and launch keys) whose runs are known,
+    shared with a courier."""
+    stop = stop or threading.Event()
     end = time.monotonic() + deadline_s
     sent = points = 0
     resolved = {} if resolved is None else resolved
@@ -222,9 +225,8 @@ def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: lis
                     deliver(client, batch, dedup=True, resolved=resolved)
                     break
                 except Exception as exc:  # noqa: BLE001
-                    if not is_transient(exc) or time.monotonic() + wait > end:
+                    if not is_transient(exc) or time.monotonic() + wait > end or stop.wait(wait):
                         return sent, points, pending_points(directory)[0]
-                    time.sleep(wait)
                     wait = min(MAX_BACKOFF_S, wait * 2)
             spool.mark(batch.id)
             sent += 1

@@ -303,14 +303,16 @@ class ParentRun:
 
     def close(self, status: str, wait_s: float, fallback_counts: dict[str, int] | None = None,
               configurations: int | None = None, metrics: dict[str, float] | None = None,
-              on_page=None, on_record=None, packs: list[str] | None = None) -> Closed:
+              on_page=None, on_record=None, packs: list[str] | None = None,
+              stop: threading.Event | None = None) -> Closed:
         """Deliver the spool (the parent's own batches first), then phase counts (from the children's tags),
         `configurations`, `metrics` and the status. With the server still away, the counts come from
         `fallback_counts` (what Tune reported) and the closing batch is spooled for `grokray replay`.
-        `packs`: every pack id of the launch, when the caller knows them all (the children are read pack by pack)."""
+        `packs`: every pack id of the launch, when the caller knows them all (the children are read pack by pack).
+        `stop`: set to end the wait for the spool's delivery (what is left stays for `grokray replay`)."""
         with self._lock:
             self.courier.close(0.0)
-        replay_dir(self.spool_dir, self.client, deadline_s=wait_s, resolved=self.courier.resolved)
+        replay_dir(self.spool_dir, self.client, deadline_s=wait_s, resolved=self.courier.resolved, stop=stop)
         self._learn_id()
         counts: dict[str, int] | None = None
         try:

@@ -82,6 +82,44 @@ def test_a_resumed_launch_drops_its_table_and_readers_page_through_the_runs(laun
     assert store.run(first.parent_run_id).tags[RUNS_SUMMARY_TAG] == "16"
     pd.testing.assert_frame_equal(load_runs(parent_run_id=first.parent_run_id, tracking_uri=first.tracking_uri),
                                   fresh, check_exact=True)
+    # each close's phase counts at a step of its own (issue 52: a resume logged a second value at step 0)
+    from mlflow.tracking import MlflowClient
+
+    counted = next(k for k in store.run(first.parent_run_id).metrics if k.startswith("phase_count/"))
+    steps = [m.step for m in MlflowClient(first.tracking_uri).get_metric_history(first.parent_run_id, counted)]
+    assert sorted(steps) == [0, 1], steps
+
+
+def test_the_next_launch_closes_a_parent_a_dead_driver_left_running(tmp_path):
+    """Issue 52: SIGKILL of the driver left its parent and children RUNNING until someone ran --resume."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    from grokray.tracking.schema import DRIVER_TAG
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that ran and ended: the killed driver's
+    runs = {}
+    for who, pid in (("dead", dead.pid), ("live", os.getpid())):
+        parent = ParentRun(uri, "orphans", str(tmp_path / who))
+        parent.open("grid", "hash0", f"{who} sweep", [], [], "name: orphans\n")
+        client.set_tag(parent.run_id, DRIVER_TAG, f"{socket.gethostname()}:{pid}")
+        child = client.create_run(parent.experiment_id, tags={"mlflow.parentRunId": parent.run_id}).info.run_id
+        runs[who] = (parent.run_id, child)
+    other = ParentRun(uri, "orphans", str(tmp_path / "other"))
+    other.open("grid", "hash1", "another spec", [], [], "name: orphans\n")  # another spec: not this launch's
+    client.set_tag(other.run_id, DRIVER_TAG, f"{socket.gethostname()}:{dead.pid}")
+    closed = ParentRun(uri, "orphans", str(tmp_path / "next")).close_orphans("hash0", "grid")
+    assert [r.run_id for r in closed] == [runs["dead"][0]]
+    assert [client.get_run(r).info.status for r in runs["dead"]] == ["KILLED", "KILLED"]
+    assert [client.get_run(r).info.status for r in runs["live"]] == ["RUNNING", "RUNNING"]  # its driver runs on
+    assert client.get_run(other.run_id).info.status == "RUNNING"
 
 
 def test_a_table_that_disagrees_with_its_tag_is_not_trusted(launch, tmp_path):
@@ -122,7 +160,8 @@ def test_the_closes_narrow_read_draws_the_same_diagram_as_every_column(launch, t
     assert (narrow.grid.x, narrow.grid.y) == (full.grid.x, full.grid.y) == ("optim.decoder.lr",
                                                                             "optim.decoder.weight_decay")
     dropped = set(full.runs.columns) - set(narrow.runs.columns)
-    assert len(narrow.runs) == len(full.runs) == 16 and {"run_name", "trial_key", "final/train/acc"} <= dropped
+    # trial_key stays in a narrow read: a pool of launches counts a configuration once by it
+    assert len(narrow.runs) == len(full.runs) == 16 and {"run_name", "pack_id", "final/train/acc"} <= dropped
 
 
 def test_the_closes_diagram_comes_from_its_one_pass_over_the_children(launch, tmp_path):

@@ -173,6 +173,11 @@ class Launch:
 
     # -- the parent run ------------------------------------------------------------------------------------------
     def open_parent(self, run_name: str, swept: list[str], log_axes: list[str], tags: dict | None = None) -> str:
+        for orphan in self.parent.close_orphans(self.spec.hash(), self.kind):
+            started = time.strftime("%Y-%m-%d %H:%M", time.localtime((orphan.start_ms or 0) / 1e3))
+            print(f"grokray: the {self.kind} launch of {self.spec.name!r} started {started} (parent run "
+                  f"{orphan.run_id}) was left RUNNING by a driver that died; closed it as KILLED (`--resume` would "
+                  "have continued it)", file=sys.stderr)
         spec_text = self.spec.yaml()
         return self.parent.open(self.kind, self.spec.hash(), run_name, swept, log_axes, spec_text,
                                 {**self.options.parent_tags, **(tags or {})})

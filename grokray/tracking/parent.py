@@ -8,6 +8,8 @@ left undelivered and where, so no caller can forget to report it.
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import uuid
 from dataclasses import dataclass, replace
@@ -47,6 +49,7 @@ from .records import RunRecord, record_line
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
+    DRIVER_TAG,
     KIND_TAG,
     KINDS,
     LAUNCH_TAG,
@@ -64,6 +67,7 @@ from .schema import (
     SWEPT_TAG,
     TRIAL_KEY_TAG,
     children_filter,
+    parent_filter,
     phase_count_tags,
 )
 from .store import record
@@ -85,6 +89,22 @@ class Closed:
     @property
     def undelivered(self) -> bool:
         return bool(self.undelivered_batches or self.undelivered_points)
+
+
+def driver_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def driver_died(driver: str) -> bool:
+    """Is this driver (host:pid) a process of this machine that no longer runs? Unknown or remote: False."""
+    host, _, pid = driver.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except OSError as exc:  # gone; or alive, another user's (PermissionError)
+        return isinstance(exc, ProcessLookupError)
+    return False
 
 
 def spool_dir_for(storage: str, launch_key: str) -> str:
@@ -119,6 +139,7 @@ class ParentRun:
         self.started_ms: int | None = None  # when the parent run started (a resumed one: its first start)
         self._courier: Courier | None = None
         self._lock = threading.Lock()  # the driver's thread and its background delivery share the courier
+        self.close_step = 0  # the step the close logs its phase counts at (a resumed launch's: one past the last)
         use_wal(uri)
 
     @property
@@ -144,7 +165,7 @@ class ParentRun:
             raise ValueError(f"unknown launch kind {kind!r}; allowed: {', '.join(KINDS)}")
         required = {ROLE_TAG: PARENT, KIND_TAG: kind, SPEC_HASH_TAG: spec_hash, CODE_VERSION_TAG: self.code_version,
                     SWEPT_TAG: list(swept), LOG_AXES_TAG: sorted(log_axes), LAUNCH_TAG: self.launch_key}
-        all_tags = clean({**(tags or {}), **required})
+        all_tags = clean({**(tags or {}), **required, DRIVER_TAG: driver_id()})
         self.started_ms = now_ms()
         self._create = {"experiment_name": self.experiment_name, "launch_key": self.launch_key,
                         "run_name": run_name, "tags": all_tags, "start_time": self.started_ms}
@@ -194,9 +215,36 @@ class ParentRun:
         self.started_ms = run.info.start_time or now_ms()
         self.launch_key = run.data.tags.get(LAUNCH_TAG) or run_id
         retry(self.client.update_run, run_id, status="RUNNING")
+        retry(self.client.set_tag, run_id, DRIVER_TAG, driver_id())
+        counted = sorted(k for k in run.data.metrics if k.startswith(PHASE_COUNT_METRIC))
+        if counted:  # each close's counts at a step of their own: close 0, then 1 after a resume, ...
+            self.close_step = 1 + max(m.step for m in retry(self.client.get_metric_history, run_id, counted[0]))
         if RUNS_SUMMARY_TAG in run.data.tags:  # the table is of the last launch: stale until this one closes
             retry(self.client.delete_tag, run_id, RUNS_SUMMARY_TAG)
         replay_dir(self.spool_dir, self.client)
+
+    def close_orphans(self, spec_hash: str, kind: str) -> list[RunRecord]:
+        """Parents of this spec and kind left RUNNING by a driver that died on this machine (SIGKILL, the OOM
+        killer): each ends KILLED, with its unfinished children, as its own close would have ended it. Returns
+        them (the caller says so). A store that is away, or a parent of a live or remote driver, is left alone."""
+        try:
+            exp = self.client.get_experiment_by_name(self.experiment_name)
+            found = search_all(self.client, exp.experiment_id, parent_filter(spec_hash, kind)
+                               + " and attributes.status = 'RUNNING'") if exp else []
+        except Exception as exc:  # noqa: BLE001
+            if not is_transient(exc):
+                raise
+            return []
+        closed = []
+        for run in found:
+            if not driver_died(run.data.tags.get(DRIVER_TAG, "")):
+                continue
+            for child in search_all(self.client, run.info.experiment_id, children_filter(run.info.run_id)):
+                if child.info.status == "RUNNING":
+                    retry(self.client.set_terminated, child.info.run_id, "KILLED")
+            retry(self.client.set_terminated, run.info.run_id, "KILLED")
+            closed.append(record(run))
+        return closed
 
     def attach(self, run: RunRecord) -> None:
         """Point at an existing parent (read only: nothing is resumed or delivered), e.g. to read its children."""
@@ -327,7 +375,8 @@ class ParentRun:
         tags = phase_count_tags(counts) | ({CONFIGURATIONS_TAG: str(configurations)} if configurations is not None
                                            else {})
         end = now_ms()
-        batch = Batch(self.run_id, [[k, v, end, 0] for k, v in values.items()], {}, tags, status, end_time=end)
+        batch = Batch(self.run_id, [[k, v, end, self.close_step] for k, v in values.items()], {}, tags, status,
+                      end_time=end)
         if not self.run_id:
             batch.key, batch.create = self.launch_key, self._create
         delivered = False

@@ -13,6 +13,7 @@ PARENT = "parent"
 CONFIGURATION = "configuration"
 SPEC_HASH_TAG = "grokray.spec_hash"  # what the sweep trains (after presets and overrides): how resume finds it
 CODE_VERSION_TAG = "grokray.code_version"
+DRIVER_TAG = "grokray.driver"  # on a parent: host:pid of the driver running it (a dead one's RUNNING parent is closed)
 LAUNCH_TAG = "grokray.launch"  # on a parent: the launch's own key, chosen before the server answers (names its spool)
 SWEPT_TAG = "grokray.swept"  # JSON list of the dotted keys that vary
 LOG_AXES_TAG = "grokray.log_axes"  # JSON list of the swept keys drawn on a log scale

@@ -73,6 +73,28 @@ def test_ties_are_overlapping_intervals_and_a_penalty_is_never_a_place():
                                                "ortho": "did not generalize", "none": "did not generalize"}
 
 
+def test_a_fresh_seed_is_matched_to_its_setting_through_the_groups_optim_default_names():
+    """optim.default.<field> is logged per group (optim.decoder.lr, optim.embedding.lr): the published Grokfast
+    specs search optim.default.* and their stage's rows were empty before this."""
+    from grokray.run.confirm import seed_rows
+    from grokray.tracking.records import RunRecord
+
+    cfg = parse_search(load_spec(ROOT / "sweeps" / "grokfast_adamw.yaml", scale="smoke"))
+    settings = [{"optim.default.lr": 0.002, "optim.default.weight_decay": 1.0},
+                {"optim.default.lr": 0.004, "optim.default.weight_decay": 0.5}]
+
+    def run(lr, wd, seed, phase, step):
+        params = {f"optim.{g}.{k}": str(v) for g in ("embedding", "decoder") for k, v in
+                  (("lr", lr), ("weight_decay", wd))}
+        return RunRecord(f"r{seed}{lr}", "", "1", "FINISHED", 0, 0, {**params, "seed": str(seed)},
+                         {"grokray.phase": phase}, {"step_train_acc_0.95": step - 50, "step_val_acc_0.95": step,
+                                                    "ideal_val_acc": 1.0} if step else {})
+    rows = seed_rows([run(0.004, 0.5, 10, "grokking", 700), run(0.002, 1.0, 10, "comprehension", 300),
+                      run(0.002, 1.0, 11, "memorization", None)], settings, cfg, 0.95)
+    assert [(r["setting"], r["seed"], r["score"]) for r in rows] == [(1, 10, 300.0), (1, 11, cfg.penalty),
+                                                                     (2, 10, 700.0)]
+
+
 def _options(tmp_path, **kw):
     from grokray.run.options import LaunchOptions
 

@@ -39,6 +39,16 @@ def confirmation_spec(spec: Spec, cfg: SearchConfig, settings: list[dict]) -> Sp
         "search.study": f"{cfg.study}-confirm"}),))
 
 
+def _param(params: dict, key: str) -> str | None:
+    """A child run's param for a searched key; `optim.default.<field>` is logged per group (optim.<group>.<field>,
+    every group alike)."""
+    if key in params or not key.startswith("optim.default."):
+        return params.get(key)
+    field = key.rsplit(".", 1)[1]
+    return next((v for k, v in params.items() if k.startswith("optim.") and k.count(".") == 2
+                 and k.endswith(f".{field}")), None)
+
+
 def _same(stored: str | None, value) -> bool:
     """A child run's param (a string) against a setting's value."""
     if stored is None:
@@ -58,8 +68,8 @@ def seed_rows(children: list, settings: list[dict], cfg: SearchConfig, threshold
     for run in children:
         if PHASE_TAG not in run.tags:
             continue  # not ended (an interrupted stage is resumed before its rows are written)
-        rank = next((i for i, s in enumerate(settings, 1) if all(_same(run.params.get(k), v) for k, v in s.items())),
-                    None)
+        rank = next((i for i, s in enumerate(settings, 1)
+                     if all(_same(_param(run.params, k), v) for k, v in s.items())), None)
         if rank is None:
             continue
         steps = [run.metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]

@@ -28,12 +28,17 @@ def bounded(default, *, ge=None, gt=None, le=None, lt=None, doc: str = ""):
     return field(default=default, metadata=meta)
 
 
+def did_you_mean(value, allowed) -> str:
+    """'did you mean 'transformer'? ' for a value close to one allowed, else ''."""
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def unknown_key_error(path: str, key, allowed) -> SpecError:
     allowed = sorted(allowed)
-    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    hint = did_you_mean(key, allowed)
     name = str(key) if re.fullmatch(r"[A-Za-z0-9_\-]+", str(key)) else repr(key)  # a key like ':' is quoted
-    where = f"{path}.{name}" if path else name
+    where = f"{path} {name}" if path == "-s" else f"{path}.{name}" if path else name  # -s trian: the flag, a space
     return SpecError(where, f"unknown key; {hint}allowed: {', '.join(allowed)}")
 
 
@@ -100,7 +105,8 @@ def coerce(tp, value, path: str, meta: dict | None = None):
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            raise SpecError(path, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
+            raise SpecError(path, f"got {value!r}; {did_you_mean(value, allowed)}allowed: "
+                                  f"{', '.join(map(str, allowed))}")
         return value
     if origin is list:
         if not isinstance(value, list | tuple):

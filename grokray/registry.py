@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .config import did_you_mean
 from .errors import SpecError
 
 
@@ -35,7 +36,8 @@ class Registry:
 
     def get(self, name: str) -> Entry:
         if name not in self._entries:
-            raise SpecError(f"{self.kind}.name", f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
+            raise SpecError(f"{self.kind}.name", f"unknown {self.kind} {name!r}; {did_you_mean(name, self.names())}"
+                                                 f"allowed: {', '.join(self.names())}")
         return self._entries[name]
 
     def names(self) -> list[str]:

@@ -46,7 +46,7 @@ def test_run_dry_run_counts_the_pinned_grid(capsys):
 @pytest.mark.parametrize(("override", "field", "hint"), [
     ("optim.decoder.lrr=1", "optim.decoder.lrr", "did you mean 'lr'?"),
     ("task.pp=11", "task.pp", "did you mean 'p'?"),
-    ("trian.steps=5", "-s.trian", "did you mean 'train'?"),
+    ("trian.steps=5", "-s trian", "did you mean 'train'?"),
 ])
 def test_a_key_that_matches_nothing_names_the_nearest(override, field, hint):
     with pytest.raises(SpecError) as err:

@@ -130,7 +130,7 @@ def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path)
 
     from grokray.errors import SpecError
 
-    with pytest.raises(SpecError, match="--resume: study 'degrok-toy' already exists"):
+    with pytest.raises(SpecError, match="search.study: study 'degrok-toy' already exists"):
         _search(tmp_path, first)
 
     s2 = _search(tmp_path, first, resume=True, n_trials=5)

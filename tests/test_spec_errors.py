@@ -9,6 +9,7 @@ import yaml
 
 from grokray.cli import main
 from grokray.errors import SpecError
+from grokray.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,3 +212,14 @@ def test_a_bad_field_is_reported_even_where_a_preset_replaces_it(tmp_path):
         with pytest.raises(SpecError) as err:
             load_spec(path, scale=scale)
         assert "train.steps" in str(err.value) and "ten" in str(err.value)
+
+
+@pytest.mark.parametrize("override, field, hint", [
+    ("model.name=transfomer", "model.name", "did you mean 'transformer'?"),
+    ("train.batches=epoch", "train.batches", "did you mean 'epochs'?"),
+])
+def test_a_misspelt_value_gets_a_did_you_mean_beside_the_allowed_ones(override, field, hint):
+    """Issue 52: 'transfomer' was answered with the list of models alone."""
+    with pytest.raises(SpecError) as err:
+        load_spec(ROOT / "sweeps" / "grokfast_adamw.yaml", [override])
+    assert err.value.field == field and hint in str(err.value) and "allowed: " in str(err.value)

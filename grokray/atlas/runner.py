@@ -153,7 +153,7 @@ def _run_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, res
     except LaunchFinished:
         return _start_piece(piece, scale, tracking_uri, storage, False, progress)
     except SpecError as exc:
-        if exc.field != "--resume":
+        if exc.field not in ("--resume", "search.study"):  # no launch to resume; or a study that exists already
             raise
         return _start_piece(piece, scale, tracking_uri, storage, not resume, progress)
 

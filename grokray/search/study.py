@@ -200,7 +200,7 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     if cfg.study in existing and not resume:
         n = existing[cfg.study].n_trials
-        raise SpecError("--resume", f"study {cfg.study!r} already exists in {label} with {n} trials; pass --resume "
+        raise SpecError("search.study", f"study {cfg.study!r} already exists in {label} with {n} trials; pass --resume "
                                     "to continue it, or name a new one with -s search.study=NAME")
     if cfg.study not in existing and resume:
         raise SpecError("--resume", f"no study {cfg.study!r} in {label}; run without --resume to start it")

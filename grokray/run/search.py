@@ -315,8 +315,8 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     results_dir = resolve_storage(options.storage)
     storage, label = open_storage(cfg, results_dir)
     study = open_study(spec, cfg, storage, label, options.resume)
-    finished = _finished_parent(study, options) if options.resume else None
-    if finished is not None:  # its record stays as it is; only a confirmation it still owes runs
+    finished = _finished_parent(study, options) if options.resume and counted(study) >= target else None
+    if finished is not None:  # nothing more to train: its record stays as it is; a confirmation it owes runs
         if not (cfg.confirm and confirmation_pending(finished.tags)):
             raise LaunchFinished(f"grokray: the search {cfg.study!r} finished ({counted(study)} trials, parent run "
                                  f"{finished.run_id}): --resume has nothing to continue and changed nothing; raise "

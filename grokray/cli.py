@@ -125,12 +125,12 @@ def _run(args) -> int:
         return 0
 
     from .run.grid import run_sweep
-    from .terminal import phase_table
+    from .terminal import clock, phase_table
 
     summary = run_sweep(spec, options, max_configs=limit)
     print(phase_table(summary.phase_counts, summary.configurations))
-    print(f"{summary.configurations} configurations in {summary.packs} packs, {summary.wall_s:.0f} s; "
-          f"Ray Tune results: {summary.experiment_path}")
+    print(f"{summary.configurations} configurations in {summary.packs} packs, {clock(summary.wall_s)} in all "
+          f"(Ray's start to its stop); Ray Tune results: {summary.experiment_path}")
     return _finish(summary, spec.name)
 
 

@@ -15,13 +15,7 @@ import time
 
 from ray import tune
 
-
-def _fmt_s(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
-
+from ..terminal import clock
 
 PLAIN_EVERY_S = 30.0
 
@@ -72,9 +66,9 @@ class ProgressLine(tune.Callback):
             self.measured = (frac, now)
         at = self.measured[1] - self.start
         left = max(0.0, at * (1 - frac) / frac - (now - self.measured[1])) if frac > 0.02 else None
-        eta = ("done" if done >= self.total_configs else "ETA ?" if left is None else f"ETA {_fmt_s(left)}")
+        eta = ("done" if done >= self.total_configs else "ETA ?" if left is None else f"ETA {clock(left)}")
         counts = " ".join(f"{p} {n}" for p, n in sorted(phases.items())) or "-"
-        return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {_fmt_s(elapsed)} {eta}"
+        return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {clock(elapsed)} {eta}"
 
     def _draw(self, force=False):
         if self.plain:

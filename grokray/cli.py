@@ -7,7 +7,7 @@ import os
 import sys
 
 from .errors import LaunchFinished, Mistakes, SpecError
-from .run.options import PROGRESS_MODES, LaunchOptions
+from .run.options import PROGRESS_MODES, LaunchOptions, clock
 from .run.signals import sigterm_as_ctrl_c
 from .spec_keys import SCALES
 from .supervisor import supervise, wanted, watch_supervisor
@@ -125,7 +125,7 @@ def _run(args) -> int:
         return 0
 
     from .run.grid import run_sweep
-    from .terminal import clock, phase_table
+    from .terminal import phase_table
 
     summary = run_sweep(spec, options, max_configs=limit)
     print(phase_table(summary.phase_counts, summary.configurations))

@@ -8,7 +8,6 @@ bounds declared in field metadata. Nothing here knows about sweeps; `spec.py` bu
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import re
@@ -17,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from .errors import Mistakes, SpecError
+from .errors import Mistakes, SpecError, did_you_mean
 
 
 def bounded(default, *, ge=None, gt=None, le=None, lt=None, doc: str = ""):
@@ -26,12 +25,6 @@ def bounded(default, *, ge=None, gt=None, le=None, lt=None, doc: str = ""):
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
-
-
-def did_you_mean(value, allowed) -> str:
-    """'did you mean 'transformer'? ' for a value close to one allowed, else ''."""
-    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def unknown_key_error(path: str, key, allowed) -> SpecError:

@@ -3,6 +3,7 @@ once (`Mistakes`), so a spec with three typos takes one edit, not three runs."""
 
 from __future__ import annotations
 
+import difflib
 from contextlib import contextmanager
 
 
@@ -65,3 +66,9 @@ class Mistakes:
             raise self.errors[0]
         if self.errors:
             raise SpecErrors(self.errors)
+
+
+def did_you_mean(value, allowed) -> str:
+    """'did you mean 'transformer'? ' for a value close to one allowed, else ''."""
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .config import did_you_mean
-from .errors import SpecError
+from .errors import SpecError, did_you_mean
 
 
 @dataclass(frozen=True)

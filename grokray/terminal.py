@@ -184,14 +184,6 @@ def ui_command(uri: str) -> str:
     return f"{exe} ui" if uri == f"sqlite:///{default}" else f"{exe} ui --tracking-uri {uri}"
 
 
-def clock(seconds: float) -> str:
-    """A wall time as the progress line and the launch's last lines write it: 2m42s, 1h05m, 9s."""
-    seconds = int(max(0, seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
-
-
 def resume_command(argv: list[str] | None = None) -> str:
     """The command that continues this launch: as it was typed (its -s flags decide which launch --resume finds),
     with --resume."""

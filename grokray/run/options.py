@@ -103,3 +103,11 @@ class LaunchSummary:
         if self.undelivered_points or self.undelivered_batches:
             return EXIT_UNDELIVERED
         return EXIT_INCOMPLETE if self.errored_trials or self.interrupted else EXIT_OK
+
+
+def clock(seconds: float) -> str:
+    """A wall time as the progress line and the launch's last lines write it: 2m42s, 1h05m, 9s."""
+    seconds = int(max(0, seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"

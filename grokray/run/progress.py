@@ -15,7 +15,7 @@ import time
 
 from ray import tune
 
-from ..terminal import clock
+from .options import clock
 
 PLAIN_EVERY_S = 30.0
 

@@ -25,8 +25,7 @@ def _load(args):
     with mistakes.check():
         _launch_options(args).validate(places=not getattr(args, "dry_run", False))
     if getattr(args, "max_configs", 1) < 1:
-        with mistakes.check():
-            raise SpecError("--max-configs", f"got {args.max_configs}; must be >= 1")
+        mistakes.errors.append(SpecError("--max-configs", f"got {args.max_configs}; must be >= 1"))
     mistakes.raise_any()
     for note in spec.notes:
         print(f"grokray: {note}", file=sys.stderr)
@@ -159,14 +158,17 @@ def _search(args) -> int:
 
 def _search_dry_run(spec, cfg, args) -> int:
     from .plan.estimate import plan_budget
+    from .run.cluster import resolve_storage
     from .run.dry_run import estimate
     from .search.config import search_plan
+    from .search.study import resume_line
     from .terminal import search_plan_lines
 
     n = args.n_trials if args.n_trials is not None else cfg.n_trials
+    resumes = [resume_line(spec, cfg, resolve_storage(args.storage))] if args.resume else []  # or its SpecError
     plan = search_plan(spec, n)
     found = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, args.spec, slots=cfg.max_concurrent)
-    print("\n".join(search_plan_lines(cfg, n, plan_budget(plan), found, spec.seeds)))
+    print("\n".join([*search_plan_lines(cfg, n, plan_budget(plan), found, spec.seeds), *resumes]))
     return 0
 
 
@@ -183,17 +185,15 @@ def _analyze(args) -> int:
                          compare_to=args.compare, tracking_uri=uri, representations=args.representations,
                          log=not args.no_log, all_parents=args.all_parents, narrow=not args.representations,
                          mixed=args.mixed)
-    except MixedLaunches as exc:
-        raise SpecError("--compare" if args.compare else "--all-parents", f"{exc}; pass --mixed to read them "
-                        "together anyway") from None
+    except MixedLaunches as exc:  # the comparison or the pool is the option to blame
+        raise SpecError("--compare" if args.compare else "--all-parents", f"{exc}; pass --mixed anyway") from None
     except (KeyError, ValueError) as exc:  # the flag the message names (--x, --y), else where the runs came from
         text = str(exc).strip("'\"")
         flag, _, rest = text.partition(": ")
         raise (SpecError(flag, rest) if flag in ("--x", "--y") else
                SpecError("--experiment" if args.parent is None else "--parent", text)) from None
     print("\n".join(summary_lines(result)))
-    pngs = [str(f) for f in result.files if f.suffix == ".png"]
-    print(f"figures: {', '.join(pngs)}")
+    print(f"figures: {', '.join(str(f) for f in result.files if f.suffix == '.png')}")
     if result.parent_run_id:
         print(f"logged {len(result.files)} files under analysis/ on parent run {result.parent_run_id}")
     return 0

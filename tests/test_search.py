@@ -119,7 +119,7 @@ def test_a_trial_counts_every_seed_and_scores_what_a_majority_reached(local_ray,
     assert {n: rows[n]["seed_phases"] for n in rows} == {t.number: t.user_attrs["seed_phases"] for t in study.trials}
 
 
-def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path):
+def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path, capsys):
     # Three possible configurations, so a grown study must meet repeats: they are answered from the study.
     space = "search.space={optim.decoder.weight_decay: {categorical: [0, 1, 5]}}"
     first = load_spec(TOY, [space, "search.n_trials=2", "search.seed=3"], scale="smoke")
@@ -132,6 +132,19 @@ def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path)
 
     with pytest.raises(SpecError, match="search.study: study 'degrok-toy' already exists"):
         _search(tmp_path, first)
+
+    from grokray.cli import main  # issue 52: the dry-run of --resume names the study, or refuses as the launch would
+
+    dry = ["search", str(TOY), "--scale", "smoke", "-s", space, "-s", "search.n_trials=2", "-s", "search.seed=3",
+           "--storage", str(tmp_path / "results"), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--dry-run",
+           "--no-calibrate", "--resume"]
+    assert main(dry) == 0
+    assert "resumes:        study 'degrok-toy' in " in capsys.readouterr().out
+    assert main([*dry, "-s", "search.space.optim.decoder.lr={float: [1e-4, 1e-2]}"]) == 2
+    assert "--resume: study 'degrok-toy' was made from a different" in capsys.readouterr().err
+    assert main([*dry[:-7], "--storage", str(tmp_path / "elsewhere"), *dry[-5:]]) == 2
+    assert "--resume: no study 'degrok-toy'" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere").exists()  # a dry-run makes nothing
 
     s2 = _search(tmp_path, first, resume=True, n_trials=5)
     assert s2.parent_run_id == s1.parent_run_id and s2.journal_path == s1.journal_path

@@ -168,6 +168,17 @@ def _or_minus_one(value):
     return -1 if value is None else value
 
 
+def resume_line(spec: Spec, cfg: SearchConfig, results_dir: str) -> str:
+    """What `--resume` would continue, for a dry-run: the study and its trials; or the SpecError the launch would
+    raise (no such study, or one made from another space). Reads only: a missing journal is not created."""
+    path = journal_path(cfg, results_dir)
+    if path is not None and not Path(path).is_file():
+        raise SpecError("--resume", f"no study {cfg.study!r} in {path}; run without --resume to start it")
+    storage, label = open_storage(cfg, results_dir)
+    study = open_study(spec, cfg, storage, label, resume=True)
+    return f"resumes:        study {cfg.study!r} in {label}, {counted(study)} trials done"
+
+
 def counted(study) -> int:
     """Trials that ran or were answered from the study (complete or pruned)."""
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED))

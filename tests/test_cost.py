@@ -233,6 +233,9 @@ def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
     _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 8 + [(budget, 900, "grokking")] * 2)
     most = estimate_plan(plan, calibrate_costs=False, slots=2, use=measured_use(uri, plan))
     assert most.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * budget / 1700)) == most.upper_seconds
+    text = "\n".join(most.lines())  # issue 52: "2.7 min ... upper bound 2.7 min" read as a contradiction
+    assert "that is also the upper bound: a pack trains until its last member stops" in text
+    assert "if every one trains all of it" in "\n".join(measured.lines())  # 40 %: a bound of its own
 
 
 def test_the_dry_run_times_each_pack_shape_once_and_a_new_store_costs_no_mlflow_import(tmp_path):

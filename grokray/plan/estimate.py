@@ -70,7 +70,10 @@ class Estimate:
             f"packs:          {self.packs}  ({self.slots} at once)" + (f"; {self.packing}" if self.packing else ""),
             f"model-steps:    {self.model_steps}  (sum of min(train.steps, phases.budget))",
             f"estimate:       {fmt_minutes(self.seconds)}  (if the members train {self.use.trained:.0%} of their "
-            f"budget on average; upper bound {fmt_minutes(self.upper_seconds)} if every one trains all of it)",
+            + (f"budget on average; upper bound {fmt_minutes(self.upper_seconds)} if every one trains all of it)"
+               if fmt_minutes(self.upper_seconds) != fmt_minutes(self.seconds) else
+               "budget on average; that is also the upper bound: a pack trains until its last member stops, and "
+               "with so many training their whole budget, nearly every pack runs to its end)"),
             f"budget use:     {self.use.share:.0%} of the members train their whole budget, {self.use.trained:.0%} "
             f"of it on average ({self.use.basis})",
             f"step costs:     {self.basis}",

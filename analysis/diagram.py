@@ -84,8 +84,10 @@ class PhaseGrid(NamedTuple):
     cells columns: the facet axes, y, x, `phase` (majority; a tie goes to the earlier phase in `phases`, and says
     so in `tie`), `tie` (the top count is shared: "comprehension|memorization", else ""), `shown` (what a table
     prints for the cell: its tie when there is one, else its phase, so no tie reads as one phase), `agreement`
-    (majority count / voting runs), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase over all
-    of them, `vote_<phase>` over the voting ones (decodable splits), `n_undecodable` (runs whose
+    (majority count / voting runs), `n` (runs aggregated, usually seeds), `count_<phase>` for every phase as the
+    phase counts count them (a run on an undecodable split in `count_undecodable`, not under the phase it was
+    tagged with; a divergence stays one), `vote_<phase>` over the voting ones (decodable splits), `n_undecodable`
+    (runs whose
     split's ideal val accuracy is below the phase threshold: no model could reach it), `n_generalized` (runs with a
     val crossing), `median_steps` and `log10_steps` (of `steps_col` over the runs that have one; NaN when none),
     `steps` (the median over the cell's decodable runs with a run that never crossed counted as never: so one fast
@@ -141,8 +143,9 @@ def phase_grid(df: pd.DataFrame, x: str, y: str, facet: str | Sequence[str] | No
     runs["_steps"] = st.where(np.isfinite(st))
     runs["_undecodable"] = undecodable(runs)
     rows = [_cell_row(keys, key, phases, *arrays) for key, arrays in _cells_of(runs, keys, phases)]
-    cols = [*keys, "phase", "tie", "agreement", "n", "n_undecodable", "n_generalized", "median_steps", "log10_steps",
-            "steps", "share_generalized", *(f"count_{p}" for p in phases), *(f"vote_{p}" for p in phases)]
+    cols = [*keys, "phase", "tie", "agreement", "n", "n_undecodable", "count_undecodable", "n_generalized",
+            "median_steps", "log10_steps", "steps", "share_generalized", *(f"count_{p}" for p in phases),
+            *(f"vote_{p}" for p in phases)]
     cells = pd.DataFrame(rows, columns=cols)
     cells.insert(cols.index("tie") + 1, "shown",
                  [t or p for t, p in zip(cells["tie"], cells["phase"], strict=True)])
@@ -182,8 +185,10 @@ def _cell_row(keys: list[str], key: tuple, phases: tuple[str, ...], phase: np.nd
     """One cell's row: counts of every phase, the majority over the seeds whose split can reach the threshold
     (a cell of undecodable splits has no phase to show, and says so), and its steps."""
     k = len(phases)
-    c = np.bincount(phase[phase >= 0], minlength=k)
     decodable = ~undec
+    diverged = phase == (phases.index("diverged") if "diverged" in phases else -2)
+    counted = decodable | diverged  # as the phase counts count them (grokray.phases.counted_phase)
+    c = np.bincount(phase[counted & (phase >= 0)], minlength=k)
     votes = np.bincount(phase[decodable & (phase >= 0)], minlength=k)
     total, best = int(votes.sum()), int(votes.max())
     top = [p for p, v in zip(phases, votes, strict=True) if total and v == best]
@@ -193,8 +198,9 @@ def _cell_row(keys: list[str], key: tuple, phases: tuple[str, ...], phase: np.nd
     censored = float(np.median(np.where(np.isnan(voters), np.inf, voters))) if len(voters) else np.inf
     row = dict(zip(keys, key, strict=True))
     row.update(phase=phases[int(np.argmax(votes))] if total else UNDECODABLE, tie="|".join(top) if len(top) > 1
-               else "", agreement=float(best) / total if total else 1.0, n=int(c.sum()),
+               else "", agreement=float(best) / total if total else 1.0, n=int((phase >= 0).sum()),
                n_undecodable=int(undec.sum()), n_generalized=len(finite),
+               count_undecodable=int((undec & ~diverged & (phase >= 0)).sum()),
                median_steps=m, log10_steps=float(np.log10(max(m, 1.0))) if not np.isnan(m) else np.nan,
                steps=censored if np.isfinite(censored) else np.nan,
                share_generalized=float((~np.isnan(voters)).mean()) if len(voters) else np.nan)

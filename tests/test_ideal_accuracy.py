@@ -55,7 +55,9 @@ def test_ties_are_marked_and_the_majority_is_over_decodable_seeds():
     # x = 1: all four seeds tie 2-2; over the three decodable ones comprehension wins 2-1 (the undecodable seed's
     # memorization does not vote)
     assert cells.loc[1, "phase"] == "comprehension" and cells.loc[1, "agreement"] == pytest.approx(2 / 3)
-    assert cells.loc[1, "n"] == 4 and cells.loc[1, "n_undecodable"] == 1 and cells.loc[1, "count_memorization"] == 2
+    assert cells.loc[1, "n"] == 4 and cells.loc[1, "n_undecodable"] == 1
+    # cells.csv counts the undecodable seed as undecodable, not as the memorization it was tagged with (issue 52)
+    assert cells.loc[1, "count_memorization"] == 1 and cells.loc[1, "count_undecodable"] == 1
     # x = 2: the two decodable seeds tie, grokking against memorization: marked, never silently given to one
     assert cells.loc[2, "tie"] == "grokking|memorization" and cells.loc[2, "agreement"] == 0.5
     # x = 3: every split undecodable: no phase, said so

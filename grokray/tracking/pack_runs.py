@@ -18,6 +18,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from ..config import only_known_fields
+from ..phases import counted_phase
 from .client import (
     clean,
     counted_phase_of,
@@ -41,6 +42,7 @@ from .delivery import (
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATION,
+    COUNTED_TAG,
     LOG_AXES_TAG,
     MODEL_TAG,
     NODE_TAG,
@@ -305,7 +307,9 @@ class PackTracker:
                 summary = result.summary(thresholds[i])
                 metrics += [[k, float(v), now, int(result.steps_run)] for k, v in summary.items()
                             if v is not None and math.isfinite(float(v))]
-                tags, terminate, end_ms = {**tags, PHASE_TAG: result.phase}, "FINISHED", int(ended[i] * 1000)
+                counted = counted_phase(result.phase, result.ideal_val_acc, thresholds[i])  # undecodable: said
+                tags = {**tags, PHASE_TAG: result.phase, **({COUNTED_TAG: counted} if counted != result.phase else {})}
+                terminate, end_ms = "FINISHED", int(ended[i] * 1000)
                 run.finished = True
             if metrics or tags or run.pending_params or terminate:
                 batches.append(Batch(run.run_id, metrics, clean(run.pending_params), clean(tags), terminate,

@@ -62,6 +62,7 @@ ATLAS_USE_TAG = "grokray.atlas.estimate_budget_use"  # where the piece's estimat
 
 # -- child runs (one per configuration) --------------------------------------------------------------------------
 PHASE_TAG = "grokray.phase"  # set last, with the summaries: a child with it is finished
+COUNTED_TAG = "grokray.counted_as"  # on a child whose phase counts as another (an undecodable split): what it counts as
 TRIAL_KEY_TAG = "grokray.trial_key"  # the configuration's content hash: how a retried pack finds its run
 PACK_ID_TAG = "grokray.pack_id"
 MODEL_TAG = "grokray.model"

@@ -240,8 +240,9 @@ def test_a_penalty_is_never_the_best_trial(tmp_path):
     drawn = plot_history(history_info(none), "time_to_generalize", 800.0, tmp_path / "h.png")
     assert drawn["legend"] == ["did not generalize (scored the penalty, 800)"]
     assert all(t.is_integer() for t in drawn["xticks"]) and (tmp_path / "h.png").stat().st_size > 1000
-    drawn = plot_history(history_info(mixed), "time_to_generalize", 800.0, tmp_path / "m.png")
+    drawn = plot_history(history_info(mixed), "time_to_generalize", 800.0, tmp_path / "m.png", title="degrok-toy")
     assert drawn["legend"] == ["trial (generalized)", "best so far", "did not generalize (scored the penalty, 800)"]
+    assert drawn["title"] == "degrok-toy: optimization history of time_to_generalize"  # which search it is
 
 
 def test_a_searchs_figure_is_the_objective_against_each_parameter_titled_by_the_spec(tmp_path):
@@ -274,6 +275,17 @@ def test_a_searchs_figure_is_the_objective_against_each_parameter_titled_by_the_
         assert all(a.x1 <= b.x0 for a, b in zip(sorted(boxes, key=lambda b: b.x0),
                                                    sorted(boxes, key=lambda b: b.x0)[1:], strict=False))
     assert (tmp_path / "slices.png").stat().st_size > 10_000
+    # issue 52: trials inside one decade of a log axis got every minor tick labelled (8x10^-4 over 9x10^-4)
+    narrow = optuna.create_study(directions=["minimize"] * len(cfg.objective))
+    for i in range(6):
+        params = {k: (d.low * (1.05 + 0.02 * i) if d.log else rng.sample_independent(narrow, None, k, dists[k]))
+                  for k, d in cfg.space.items()}  # every log parameter inside its lowest decade
+        narrow.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
+                                                   values=[100.0 * (i + 1)] * len(cfg.objective)))
+    fig = plot_slices(narrow, cfg, cfg.study, tmp_path / "narrow.png")
+    fig.canvas.draw()
+    logs = [ax for ax in fig.axes if ax.get_visible() and ax.get_xscale() == "log"]
+    assert logs and not [t.get_text() for ax in logs for t in ax.get_xticklabels(minor=True) if t.get_text()]
 
 
 def test_the_private_optuna_handle_grokray_adapts_is_there():

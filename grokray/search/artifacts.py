@@ -73,8 +73,9 @@ def pareto_info(study, cfg) -> list[dict]:
     return sorted(front, key=lambda r: (r[cfg.objective[0]], r["number"]))
 
 
-def plot_history(rows: list[dict], name: str, penalty: float, path: Path) -> dict[str, list]:
-    """The optimization history as a PNG; returns what it drew: the legend's labels and the x ticks."""
+def plot_history(rows: list[dict], name: str, penalty: float, path: Path, title: str = "") -> dict[str, list]:
+    """The optimization history as a PNG, titled by the study (`title`); returns what it drew: the legend's
+    labels, the x ticks and the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,11 +95,12 @@ def plot_history(rows: list[dict], name: str, penalty: float, path: Path) -> dic
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trials are numbered, not measured
     ax.set_xlabel("trial")
     ax.set_ylabel(name)
-    ax.set_title(f"optimization history: {name}")
+    ax.set_title(f"{title}: optimization history of {name}" if title else f"optimization history: {name}")
     legend = ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    drawn = {"legend": [t.get_text() for t in legend.get_texts()], "xticks": [float(t) for t in ax.get_xticks()]}
+    drawn = {"legend": [t.get_text() for t in legend.get_texts()], "xticks": [float(t) for t in ax.get_xticks()],
+             "title": ax.get_title()}
     plt.close(fig)
     return drawn
 
@@ -110,7 +112,7 @@ def plot_slices(study, cfg, title: str, path: Path, index: int = 0):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import LogLocator, MaxNLocator
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
     done = _completed(study)
     name, keys = cfg.objective[index], list(cfg.space)
@@ -128,6 +130,7 @@ def plot_slices(study, cfg, title: str, path: Path, index: int = 0):
         if cfg.space[key].log:
             ax.set_xscale("log")
             ax.xaxis.set_major_locator(LogLocator(numticks=4))
+            ax.xaxis.set_minor_formatter(NullFormatter())  # inside a decade matplotlib labels every minor tick
         elif cfg.space[key].kind != "categorical":
             ax.xaxis.set_major_locator(MaxNLocator(4))
         ax.set_xlabel(key, fontsize=8)
@@ -227,7 +230,7 @@ def write_results(study, cfg, d: Path) -> list[Path]:
         rows = history_info(study, i)
         if rows:
             path = d / f"optimization_history_{name}.png"
-            plot_history(rows, name, cfg.penalty, path)
+            plot_history(rows, name, cfg.penalty, path, title=cfg.study)
             files.append(path)
     if cfg.multi and done:
         pareto = pareto_info(study, cfg)

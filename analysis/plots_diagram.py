@@ -170,7 +170,8 @@ def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A
                      fontsize=9)
     lines = [f"{n} {a} → {b}" for a, b, n in zip(cmp.transitions["from"], cmp.transitions["to"],
                                                   cmp.transitions["cells"], strict=True)]
-    phase_legend(fig, union.phases, None)
+    shown = {*cmp.cells["phase_a"].dropna(), *cmp.cells["phase_b"].dropna()}  # the legend names what is drawn
+    phase_legend(fig, [p for p in union.phases if p in shown], None)
     fig.suptitle(title or (f"{labels[0]} vs {labels[1]}: " + ("; ".join(lines[:4]) if lines else "no phase changed")))
     return finish_figure(fig, path)
 

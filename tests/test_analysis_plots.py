@@ -95,6 +95,8 @@ def test_comparison_figure(tmp_path):
     fig = plots_diagram.plot_comparison(cmp, tmp_path / "compare", labels=("wd grid", "new optimizer"))
     assert written(tmp_path / "compare")
     assert "grokking → comprehension" in fig.get_suptitle()
+    legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]  # issue 52: only the phases drawn
+    assert set(legend) == {"comprehension", "grokking", "memorization", "confusion", "diverged"}, legend
 
 
 def test_curves(tmp_path):

@@ -38,7 +38,9 @@ def _annotate(ax, grid: PhaseGrid, cells, texts) -> None:
     size = 7 if len(cells) <= 50 else 5
     for xv, yv, text in zip(cells[grid.x], cells[grid.y], texts, strict=True):
         if text:
-            ax.text(cell_centre(ax_x, xv), cell_centre(ax_y, yv), text, ha="center", va="center", fontsize=size)
+            ax.text(cell_centre(ax_x, xv), cell_centre(ax_y, yv), text, ha="center", va="center", fontsize=size,
+                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "alpha": 0.85, "edgecolor": "none"})
+            # on a white ground: a tie's hatching hid the label
 
 
 def _panels(grid: PhaseGrid, extra_w: float):

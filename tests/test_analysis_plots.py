@@ -38,6 +38,9 @@ def test_phase_diagram_and_heatmap(tmp_path):
     left, right = (path.get_extents() for path in (slices[0].get_paths()[0], slices[0].get_paths()[2]))
     assert left.x1 <= right.x0 and left.y0 == right.y0  # side by side in the cell (lr 1e-4, wd 1)
     assert any(t.get_text() == "2/3" for t in ax.texts)  # seeds disagree in (1e-4, 0)
+    # each k/n on a white ground, so a tie's hatching cannot hide it (issue 52)
+    assert all(t.get_bbox_patch() is not None and t.get_bbox_patch().get_facecolor()[:3] == (1.0, 1.0, 1.0)
+               for t in ax.texts if t.get_text())
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("decoder lr", "decoder weight decay")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1e-4", "1e-3", "1e-2"]
     plots_diagram.plot_steps_heatmap(grid, tmp_path / "steps")

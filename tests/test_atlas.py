@@ -256,6 +256,27 @@ def test_a_search_page_counts_trials_and_seeds(local_ray, tmp_path):
     assert sum(int(n) for n in table.values()) == 4
 
 
+def test_a_piece_run_by_grokray_run_is_skipped_with_its_own_wall_time(local_ray, tmp_path):
+    """Issue 52: a piece already run by `grokray run` was skipped and its page said "0 s measured"."""
+    import json
+
+    from grokray.atlas.build import build_atlas
+    from grokray.run.grid import run_sweep
+    from grokray.run.options import LaunchOptions
+    from grokray.spec import load_spec
+
+    uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "atlas"
+    summary = run_sweep(load_spec(ROOT / "sweeps" / "quickstart.yaml", scale="smoke"),
+                        LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), progress="never"))
+    [result] = build_atlas([ROOT / "sweeps" / "quickstart.yaml"], "smoke", out, uri, str(tmp_path / "results"),
+                           progress="never", log=lambda *_: None)
+    assert [r.action for r in result.records] == ["skipped"]
+    run = MlflowClient(uri).get_run(summary.parent_run_id)
+    own = (run.info.end_time - run.info.start_time) / 1e3
+    assert result.measured_s == pytest.approx(own) and own > 1
+    assert json.loads((out / "quickstart-smoke.json").read_text())["measured_s"] == pytest.approx(own, abs=0.1)
+
+
 def test_title_is_the_headers_first_sentence_across_wrapped_lines():
     lines = ["Power et al. 2022 (grokking), Fig. 1: steps to generalize for x+y, x-y",
              "mod 97 with a transformer. More", "text here.", "Axes: op x fraction.", "Expected: steep rise."]

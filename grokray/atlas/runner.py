@@ -212,7 +212,10 @@ def run_figure(figure: Figure, tracking_uri: str, storage: str, *, run: bool = T
         est = (m[ESTIMATE_METRIC], m[UPPER_METRIC]) if ESTIMATE_METRIC in m else None
         use = (m[SHARE_METRIC], m.get(TRAINED_METRIC, m[SHARE_METRIC]), tags.get(ATLAS_USE_TAG, "")) \
             if SHARE_METRIC in m else None
-        records.append(PieceRecord(piece.name, parent.run_id, action, segments(store, parent.run_id),
+        ran = segments(store, parent.run_id)
+        if not ran and parent.start_ms and parent.end_ms:  # run by `grokray run`, not the atlas: its own duration
+            ran = [(parent.start_ms / 1e3, (parent.end_ms - parent.start_ms) / 1e3)]
+        records.append(PieceRecord(piece.name, parent.run_id, action, ran,
                                    tags.get(CODE_VERSION_TAG, ""), est,
                                    int(tags.get(CONFIGURATIONS_TAG, len(piece.spec.points()))),
                                    int(tags.get(PACKS_TAG, 0)), use))

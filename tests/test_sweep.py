@@ -199,6 +199,8 @@ def test_a_resumed_launchs_first_line_counts_what_its_first_launch_finished(caps
     line.on_trial_result(1, restored, restored[2], {"members_done": 1, "members": 8, "step": 10, "total": 300,
                                                     "phases": {"memorization": 1}})
     assert "14/60 configurations" in line.line()  # a new result adds to them; the restored ones are not lost
+    labelled = ProgressLine(24, 24 * 300, mode="never", label="round 2 (40 configurations done in earlier rounds)")
+    assert labelled.line().startswith("[grokray] round 2 (40 configurations done in earlier rounds): 0/24 ")
 
 
 def test_progress_keeps_talking_between_reports_and_counts_a_stopped_member_as_its_budget(capsys):

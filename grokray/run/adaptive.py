@@ -92,10 +92,12 @@ class Rounds:
         """Round `rnd`'s Tune run: a resumed round's experiment restored if it ever started; otherwise `trials`
         packed afresh (a resumed round that never started first drops the runs it made, and takes a new name)."""
         launch = self.launch
+        done = sum(len(v) for v in self.observed.values())  # what earlier rounds trained
+        label = f"round {rnd + 1}" + (f" ({done} configurations done in earlier rounds)" if done else "")
         if resumed:
             rec = self.log[rnd]
             if tune.Tuner.can_restore(rec["experiment_path"]):
-                return launch.tuner("", restore=rec["experiment_path"], total_configs=len(trials))
+                return launch.tuner("", restore=rec["experiment_path"], total_configs=len(trials), label=label)
             launch.parent.delete_unfinished(set(self.known))
             name = f"{rec['name']}-{int(time.time())}"
             self.log[rnd] = {**rec, "name": name, "experiment_path": launch.path_of(name)}
@@ -108,7 +110,7 @@ class Rounds:
             p.pack_id = f"r{rnd:02d}-{p.pack_id}"
         work = sum(len(p.members) * max(m.config.budget_steps for m in p.members) for p in round_plan.packs)
         return launch.tuner(rec["name"], ctx, packs=round_plan.pack_dicts(), total_configs=round_plan.n_configs,
-                            total_work=work)
+                            total_work=work, label=label)
 
 
 def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds: int | None = None

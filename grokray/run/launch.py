@@ -222,12 +222,12 @@ class Launch:
     def tuner(self, name: str, ctx: TrialContext | None = None, *, packs: list[dict] | None = None,
               total_configs: int = 0, total_work: float = 0.0, restore: str | None = None, search_alg=None,
               scheduler=None, num_samples: int = 1,
-              checkpoints_kept: int = 2) -> tune.Tuner:
+              checkpoints_kept: int = 2, label: str = "") -> tune.Tuner:
         """A Tuner over `train_pack`: a grid over `packs`, or `num_samples` trials proposed by `search_alg`; or
         the Tune experiment at `restore`, continued (finished trials are not run again)."""
         trainable = tune.with_resources(train_pack, {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu})
         opts = self.options
-        progress = ProgressLine(total_configs, total_work, opts.progress)
+        progress = ProgressLine(total_configs, total_work, opts.progress, label=label)
         if restore is not None:
             self.experiment_path = restore
             tuner = tune.Tuner.restore(restore, trainable, resume_errored=True)

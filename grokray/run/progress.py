@@ -23,8 +23,10 @@ PLAIN_EVERY_S = 30.0
 class ProgressLine(tune.Callback):
     """Configurations done/total, phase counts so far, ETA: a live line or plain lines (see the module doc)."""
 
-    def __init__(self, total_configs: int, total_work: float, mode: str = "auto", every_s: float = PLAIN_EVERY_S):
+    def __init__(self, total_configs: int, total_work: float, mode: str = "auto", every_s: float = PLAIN_EVERY_S,
+                 label: str = ""):
         self.total_configs = total_configs
+        self.label = label  # what part of a launch this is (an adaptive round), said on every line
         self.total_work = max(total_work, 1.0)
         self.mode, self.every_s = mode, every_s
         self.live = self.plain = False
@@ -68,7 +70,8 @@ class ProgressLine(tune.Callback):
         left = max(0.0, at * (1 - frac) / frac - (now - self.measured[1])) if frac > 0.02 else None
         eta = ("done" if done >= self.total_configs else "ETA ?" if left is None else f"ETA {clock(left)}")
         counts = " ".join(f"{p} {n}" for p, n in sorted(phases.items())) or "-"
-        return f"[grokray] {done}/{self.total_configs} configurations | {counts} | {clock(elapsed)} {eta}"
+        where = f"{self.label}: " if self.label else ""
+        return f"[grokray] {where}{done}/{self.total_configs} configurations | {counts} | {clock(elapsed)} {eta}"
 
     def _draw(self, force=False):
         if self.plain:

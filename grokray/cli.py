@@ -75,16 +75,14 @@ def _finish(summary, spec_name: str) -> int:
 
 def _run_adaptive(spec, args) -> int:
     from .plan.lattice import parse_adaptive
-    from .plan.refine import next_points
+    from .run.dry_run import adaptive_lines
 
     plan = parse_adaptive(spec)  # the spec's adaptive: block, or its defaults for --adaptive
     options = _launch_options(args)
     options.validate(places=not args.dry_run)
     x, y = plan.lattice.x, plan.lattice.y
     if args.dry_run:
-        print(f"adaptive:       {x.key} x {y.key}, start {x.start}x{y.start}, target {x.target}x{y.target}")
-        print(f"round 0:        {len(next_points(plan, {}).trials)} configurations")
-        print(f"budget:         {plan.budget} of {plan.full_grid_trials} (the full target grid)")
+        print("\n".join(adaptive_lines(spec, plan, args.tracking_uri, not args.no_calibrate, args.spec)))
         return 0
 
     from .run.adaptive import run_adaptive

@@ -289,10 +289,11 @@ def test_probability_figure_is_written(tmp_path):
 def test_cli_adaptive_dry_run(capsys):
     from grokray.cli import main
 
-    assert main(["run", str(QUICKSTART), "--adaptive", "--dry-run", "-s", "adaptive.budget=100"]) == 0
+    assert main(["run", str(QUICKSTART), "--adaptive", "--dry-run", "--no-calibrate", "-s", "adaptive.budget=100"]) == 0
     out = capsys.readouterr().out
     # the quickstart's four seeds: every lattice point is four configurations
-    assert "target 17x17" in out and "round 0:        100 configurations" in out
-    assert "budget:         100 of 1156" in out
+    assert "target 17x17" in out and "round 0:        100 configurations, estimate " in out
+    assert "budget:         100 of 1156" in out and "all 100 would take about " in out  # issue 52: a time
+    assert "step costs:     assumed 1700 model-steps/s per core (--no-calibrate)" in out
     assert main(["run", str(QUICKSTART), "--adaptive", "--dry-run", "-s", "adaptive.target=[16, 17]"]) == 2
     assert "adaptive.target[0]" in capsys.readouterr().err

@@ -5,6 +5,9 @@ committed atlas page of this very spec (a library spec on a new store), else the
 from __future__ import annotations
 
 from ..plan.estimate import BudgetUse, estimate_plan, fmt_minutes, plan_budget
+from ..plan.expand import expand
+from ..plan.lattice import PointSpec, trial_point
+from ..plan.refine import next_points
 from ..tracking.history import atlas_budget_use, measured_budget_use
 from ..tracking.uri import resolve_tracking_uri
 
@@ -20,10 +23,6 @@ def adaptive_lines(spec, plan, tracking_uri: str | None, calibrate: bool, spec_p
     """`grokray run --adaptive --dry-run`: the lattice, round 0 with its cost estimate, and the budget with the
     cost it would reach if every configuration it allows trained (later rounds' sizes depend on what round 0
     finds, so that is an upper bound, not a forecast)."""
-    from ..plan.expand import expand
-    from ..plan.lattice import PointSpec, trial_point
-    from ..plan.refine import next_points
-
     x, y = plan.lattice.x, plan.lattice.y
     first = next_points(plan, {}).trials
     est = estimate(expand(PointSpec(spec, [trial_point(plan, t) for t in first])), spec.name, tracking_uri,

@@ -48,6 +48,13 @@ def _values(df: pd.DataFrame, column: str) -> tuple:
     return tuple(sorted(float(v) for v in pd.to_numeric(df[column], errors="coerce").dropna().unique()))
 
 
+def launch_label(run) -> str:
+    """A launch named as a reader knows it: its spec (the parent's name, e.g. "quickstart sweep") and when it
+    started."""
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.start_ms / 1e3)) if run.start_ms else ""
+    return f"{run.name} {started}".strip()
+
+
 def launches_read(df: pd.DataFrame, tracking_uri: str | None) -> list[LaunchRead]:
     """One LaunchRead per parent run in the frame, latest first."""
     ids = [p for p in df["parent_run_id"].dropna().unique()] if "parent_run_id" in df else []
@@ -57,8 +64,7 @@ def launches_read(df: pd.DataFrame, tracking_uri: str | None) -> list[LaunchRead
         rows = df[df["parent_run_id"] == pid]
         try:
             run = store.run(pid)
-            started = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.start_ms / 1e3)) if run.start_ms else ""
-            label, start_ms = f"{run.name} {started}".strip(), run.start_ms or 0
+            label, start_ms = launch_label(run), run.start_ms or 0
         except Exception:  # noqa: BLE001 - a name is no reason to fail an analysis
             label, start_ms = f"run {pid[:8]}", 0
         seeds = tuple(sorted(int(s) for s in pd.to_numeric(rows.get("seed", pd.Series(dtype=float)),

@@ -8,7 +8,6 @@ representation metrics from saved final states, write everything to a directory 
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,6 +20,7 @@ from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
 from .labels import runs_subtitle, step_unit
 from .launches import LaunchRead, MixedLaunches, counted_once, differences, launches_read, pool_differences
+from .launches import launch_label as label_of
 from .load import load_runs, open_store, parent_runs
 from .plots_diagram import plot_comparison, plot_phase_diagram, plot_steps_heatmap
 from .representations import agop_image, pca
@@ -83,11 +83,9 @@ def launch_label(parent_run_id: str, tracking_uri: str | None) -> str:
     """A launch named as a reader knows it: its spec (the parent's name, e.g. "quickstart sweep") and when it
     started; the run id only where the store cannot say."""
     try:
-        run = open_store(tracking_uri).run(parent_run_id)
+        return label_of(open_store(tracking_uri).run(parent_run_id))
     except Exception:  # noqa: BLE001 - a title is no reason to fail an analysis
         return f"run {parent_run_id[:8]}"
-    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.start_ms / 1e3)) if run.start_ms else ""
-    return f"{run.name} {started}".strip()
 
 
 def phase_table_text(counts: pd.Series) -> str:

@@ -48,7 +48,7 @@ from .context import TrialContext
 from .options import LaunchOptions, LaunchSummary, launch_status
 from .pack_files import store_packs
 from .progress import ProgressLine
-from .report import closing_runs, report_on_parent
+from .report import closing_runs, launch_title, report_on_parent
 from .signals import ignore_stops, stop_beat, stops_end, take_stops
 from .trainable import train_pack
 from .warm import driver_imports_in_background
@@ -174,8 +174,7 @@ class Launch:
     # -- the parent run ------------------------------------------------------------------------------------------
     def open_parent(self, run_name: str, swept: list[str], log_axes: list[str], tags: dict | None = None) -> str:
         for orphan in self.parent.close_orphans(self.spec.hash(), self.kind):
-            started = time.strftime("%Y-%m-%d %H:%M", time.localtime((orphan.start_ms or 0) / 1e3))
-            print(f"grokray: the {self.kind} launch of {self.spec.name!r} started {started} (parent run "
+            print(f"grokray: the {self.kind} launch {launch_title(self.spec.name, orphan.start_ms)} (parent run "
                   f"{orphan.run_id}) was left RUNNING by a driver that died; closed it as KILLED (`--resume` would "
                   "have continued it)", file=sys.stderr)
         spec_text = self.spec.yaml()

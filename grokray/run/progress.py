@@ -40,6 +40,7 @@ class ProgressLine(tune.Callback):
         self.last_plain = -float("inf")
         self.width = 0
         self.said_done = False
+        self.seeded = False  # the restored trials' results taken (_restored)
 
     @property
     def enabled(self) -> bool:
@@ -91,8 +92,12 @@ class ProgressLine(tune.Callback):
         self.width = len(text)
 
     def _restored(self, trials) -> None:
-        """Every trial's last result the line has not seen: a resumed launch counts, from its first line, the
-        packs its earlier launch finished (their results come back with Tune's restored state)."""
+        """Once, at the run's first step or result: the last result of every trial Tune restored, so a resumed
+        launch counts, from its first line, the packs its earlier launch finished. Later results arrive one by
+        one through on_trial_result."""
+        if self.seeded:
+            return
+        self.seeded = True
         self.latest.update({t.trial_id: t.last_result for t in trials
                             if t.last_result and t.trial_id not in self.latest})
 

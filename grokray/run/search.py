@@ -315,16 +315,16 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     results_dir = resolve_storage(options.storage)
     storage, label = open_storage(cfg, results_dir)
     study = open_study(spec, cfg, storage, label, options.resume)
-    finished = _finished_parent(study, options) if options.resume and counted(study) >= target else None
+    uri = resolve_tracking_uri(options.tracking_uri)
+    finished = _finished_parent(study, uri) if options.resume and counted(study) >= target else None
     if finished is not None:  # nothing more to train: its record stays as it is; a confirmation it owes runs
         if not (cfg.confirm and confirmation_pending(finished.tags)):
             raise LaunchFinished(f"grokray: the search {cfg.study!r} finished ({counted(study)} trials, parent run "
                                  f"{finished.run_id}): --resume has nothing to continue and changed nothing; raise "
                                  "its --n-trials, or name a new study with -s search.study=NAME", finished.run_id)
-        stage, confirmation = run_confirmation(run_search, spec, cfg, storage, options, finished.run_id,
-                                               resolve_tracking_uri(options.tracking_uri))
+        stage, confirmation = run_confirmation(run_search, spec, cfg, storage, options, finished.run_id, uri)
         base = vars(stage) if stage is not None else {
-            "kind": "search", "tracking_uri": resolve_tracking_uri(options.tracking_uri), "experiment_path": "",
+            "kind": "search", "tracking_uri": uri, "experiment_path": "",
             "configurations": 0, "packs": 0, "phase_counts": {}, "errored_trials": 0, "interrupted": False,
             "wall_s": 0.0}
         return SearchSummary(**{**base, "name": spec.name, "experiment_id": finished.experiment_id,
@@ -365,13 +365,13 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
     return out
 
 
-def _finished_parent(study, options: LaunchOptions):
+def _finished_parent(study, uri: str):
     """The study's last parent run, if it closed as finished."""
     parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
     if not parent_id:
         return None
     try:
-        run = Store(resolve_tracking_uri(options.tracking_uri)).run(parent_id)
+        run = Store(uri).run(parent_id)
     except Exception:  # noqa: BLE001 - gone, or in another store: the launch finds what it can, as before
         return None
     return run if run.status == "FINISHED" else None

@@ -206,6 +206,10 @@ class OptimConfig:
     eps: float = bounded(1e-8, gt=0.0)
     momentum: float = bounded(0.0, ge=0.0, lt=1.0, doc="sgd's heavy ball; muon's Nesterov momentum (0.95 usual)")
     warmup_steps: int = bounded(0, ge=0)
+    # False: lr x (step + 1) / warmup_steps, full from the warm-up's last step; True: lr x step / warmup_steps, so the
+    # first update moves nothing (Adam's moments still see its gradient): torch's LambdaLR(lambda u: u / warmup) as
+    # the Grokfast code writes it, and Hugging Face's linear warm-up
+    warmup_from_zero: bool = False
     temperature: float = bounded(0.0, ge=0.0, doc="Langevin noise temperature T")
     init_scale: float = bounded(1.0, gt=0.0, doc="multiplies this group's initial weights")
     # De-grokking methods (optim/degrok.py). Grokfast: amplify the gradient's slow part, g + lambda * g_slow.
@@ -229,7 +233,8 @@ class OptimConfig:
         it would train the same curve as without it."""
         readers = {"momentum": self.name in ("sgd", "muon"), "temperature": self.name == "langevin",
                    "muon_on": self.name == "muon", "filter_lambda": self.grad_filter != "none",
-                   "filter_alpha": self.grad_filter == "ema", "filter_window": self.grad_filter == "ma"}
+                   "filter_alpha": self.grad_filter == "ema", "filter_window": self.grad_filter == "ma",
+                   "warmup_from_zero": self.warmup_steps > 0}
         for key, read in readers.items():
             if key in given and not read:
                 context = f"grad_filter {self.grad_filter!r}" if key.startswith("filter_") else \
@@ -240,7 +245,7 @@ class OptimConfig:
 
 IDLE_FIELD_NEEDS = {"momentum": "name: sgd or muon", "temperature": "name: langevin", "muon_on": "name: muon",
                     "filter_lambda": "grad_filter: ema or ma", "filter_alpha": "grad_filter: ema",
-                    "filter_window": "grad_filter: ma"}
+                    "filter_window": "grad_filter: ma", "warmup_from_zero": "warmup_steps > 0"}
 
 
 @dataclass
@@ -262,6 +267,11 @@ class TrainConfig:
     # given number (per member). free: no constraint.
     weight_norm: float | Literal["free", "initial"] = "free"
     softmax: Literal["softmax", "stablemax"] = "softmax"  # the classification heads' cross-entropy (Prieto et al.)
+    # per_purpose: the init, the split and the batches each draw from a generator of their own, so changing the
+    # model leaves a seed's split alone. script: one generator per seed draws the init, then the split, then every
+    # epoch's shuffle of the previous epoch's order, in the order a PyTorch script after torch.manual_seed(seed)
+    # draws them (the Grokfast benchmark's main.py): with model init: pytorch, seed 0 is the paper's seed 0
+    seed_stream: Literal["per_purpose", "script"] = "per_purpose"
 
     def validate(self, path):
         if isinstance(self.batch_size, int) and self.batch_size < 1:
@@ -274,6 +284,9 @@ class TrainConfig:
         if self.precision != "fp32" and self.dtype == "float64":
             raise SpecError(f"{path}.precision", f"got {self.precision!r} with dtype float64; allowed: fp32 (tf32 and "
                             "bf16 lower a float32 pack's arithmetic)")
+        if self.seed_stream == "script" and self.batches == "iid" and self.batch_size != "full":
+            raise SpecError(f"{path}.seed_stream", "got 'script' with iid batches, which a script's stream does not "
+                            "draw; allowed: per_purpose, or script with batches: epochs or batch_size: full")
         if isinstance(self.weight_norm, float) and not self.weight_norm > 0:
             raise SpecError(f"{path}.weight_norm", f"got {self.weight_norm}; must be > 0, 'initial' or 'free'")
 

@@ -137,6 +137,9 @@ def parse_trial(raw: dict, written: bool = True) -> TrialConfig:
     with mistakes.check():
         if model is not None and "train" in blocks:
             check_degrok(entry, model, task, blocks["train"], optim)
+    with mistakes.check():
+        if model is not None and task is not None and "train" in blocks:
+            check_seed_stream(entry, task, blocks["train"])
     mistakes.raise_any()
     return TrialConfig(task=task, model=model, optim=optim, train=blocks["train"], phases=blocks["phases"], seed=seed)
 
@@ -155,6 +158,20 @@ def check_degrok(entry, model, task, train: TrainConfig, optim: dict[str, OptimC
             if cfg.grad_filter != "none" or cfg.orthogonal:
                 raise SpecError(f"optim.{group}", f"model {name!r} is not trained by gradients; grad_filter and "
                                 "orthogonal do not apply")
+
+
+def check_seed_stream(entry, task, train: TrainConfig) -> None:
+    """train.seed_stream: script continues the init's generator into the split, so it needs a model trained by the
+    pack (which draws an init) and a split drawn at random from the trial's seed."""
+    if train.seed_stream != "script":
+        return
+    if getattr(entry.build, "trainer", "pack") != "pack":
+        raise SpecError("train.seed_stream", f"got 'script' with model {entry.name!r}, which draws no initial "
+                        "weights to continue from; allowed: per_purpose")
+    if not getattr(task, "splits_from_the_seed", False):
+        raise SpecError("train.seed_stream", f"got 'script' with task {task.registry_name!r} as configured, whose "
+                        "split is not one random draw from the trial's seed; allowed: per_purpose, or script with "
+                        "a modular (split_mode: random), addition or permutation task and no split_seed")
 
 
 def _parse_optim(optim_raw, groups: tuple[str, ...] | None, written: bool = True) -> dict[str, OptimConfig]:

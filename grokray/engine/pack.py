@@ -71,7 +71,8 @@ class PackTrainer:
         x, y = self.data.x.to(self.device), self.data.y.to(self.device)
         self.x, self.y = (x.to(self.dtype) if x.is_floating_point() else x), y
         n = len(y)
-        splits = draw_splits(configs, self.data)
+        streams = self.model.streams if first.train.seed_stream == "script" else None
+        splits = draw_splits(configs, self.data, streams)
         self.ideal_val_acc = ideal_val_accuracies(splits, self.data)  # per original member, known before training
         for name, tensor in vars(member_splits(splits, self.data, self.dtype, self.device)).items():
             setattr(self, name, tensor)  # each member's split as [K, ...] rows (see PER_MEMBER_TENSORS)
@@ -99,7 +100,7 @@ class PackTrainer:
         if first.train.softmax == "stablemax":
             self.model.head.stablemax = True  # checked at parse time: the family's head is a cross-entropy one
         self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
-        self.batches = BATCHES[train.batches](self.n_train.tolist(), self.batch_size, self.rng)  # engine/batches.py
+        self.batches = BATCHES[train.batches](self.n_train.tolist(), self.batch_size, self.rng, streams)  # batches.py
         self.step = 0  # the rest is device-side state, read by the host only at checks
         self.cross_train = torch.full((K,), -1, dtype=torch.long, device=self.device)
         self.cross_val = torch.full((K,), -1, dtype=torch.long, device=self.device)

@@ -24,9 +24,12 @@ class MemberSplits:
     has_val: torch.Tensor  # [K] bool
 
 
-def draw_splits(configs: list, data) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each member's (train, val) indices, from its own seed."""
-    return [c.task.split(data, c.seed) for c in configs]
+def draw_splits(configs: list, data, streams: list | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each member's (train, val) indices, from its own seed; with `streams` (train.seed_stream: script), from its
+    generator where its init left it, training rows in the order drawn."""
+    if streams is None:
+        return [c.task.split(data, c.seed) for c in configs]
+    return [c.task.split_from_stream(data, g) for c, g in zip(configs, streams, strict=True)]
 
 
 def ideal_val_accuracies(splits: list, data) -> list[float | None]:

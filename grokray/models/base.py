@@ -65,6 +65,7 @@ class PackedModel(torch.nn.Module):
         self.pad_masks = {g: torch.cat(masks[g], 1).to(device) for g in self.flat if not torch.cat(masks[g], 1).all()}
         self._build_leaves()
         self.head = self.make_head(configs, data, gens, dtype, device)
+        self.streams = gens  # each member's generator past its init: train.seed_stream script draws on from it
         self._table = table_ranges(data.x)  # the task's points as a full symbol table, or None
         self._table_check = (None, False)  # (input tensor, is it every member's copy of that table)
         self._quads = None  # Liu's addition parallelograms, built at the first diagnostics

@@ -13,7 +13,7 @@ from ..errors import SpecError
 from . import MODELS
 from .base import PackedModel
 from .heads import ClassificationHead
-from .layers import ACTIVATIONS, layer_norm, linear, linear_init, normal, uniform
+from .layers import ACTIVATIONS, layer_norm, linear, linear_init, normal
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -27,6 +27,39 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     future = torch.ones(tq, t, dtype=torch.bool, device=q.device).triu(t - tq + 1).view(tq, t, 1)
     weights = scores.masked_fill(future, float("-inf")).softmax(2)
     return (weights.unsqueeze(-1) * v.unsqueeze(1)).sum(2)
+
+
+def torch_module_init(cfg, data, gen: torch.Generator, e: float, s: float) -> dict[str, torch.Tensor]:
+    """What torch's modules draw when a script builds this decoder after torch.manual_seed(seed), draw for draw:
+    their order, shapes and float32, from `gen` (the Grokfast code's model, `init: pytorch`).
+
+    nn.Embedding draws N(0, 1) for the tokens, then the positions, with a row for the answer too (the script's
+    table covers the whole equation; the row is never read, so it is dropped). Each block's nn.MultiheadAttention
+    builds its out-projection nn.Linear (weight, then a bias it later zeroes), then draws its in-projection
+    Xavier-uniform; then the MLP's two nn.Linear; the head is an nn.Linear without bias. torch stores a linear
+    as [out, in]; grokray's are [in, out], hence the transposes. `e` and `s` are the groups' init scales.
+    """
+    init, d, n_pos = torch.nn.init, cfg.d_model, (4 if cfg.op_token else 3)
+
+    def linear(fan_in, fan_out, bias=True):  # nn.Linear.reset_parameters, in its order
+        w = init.kaiming_uniform_(torch.empty(fan_out, fan_in), a=math.sqrt(5), generator=gen).T * s
+        bound = 1 / math.sqrt(fan_in)
+        b = init.uniform_(torch.empty(fan_out), -bound, bound, generator=gen) * s if bias else None
+        return w, b
+
+    params = {"tok": init.normal_(torch.empty(TransformerModel.vocab(cfg, data), d), generator=gen) * e,
+              "pos": init.normal_(torch.empty(n_pos + 1, d), generator=gen)[:n_pos] * e}
+    for i in range(cfg.n_layers):
+        params[f"l{i}.ln1.w"], params[f"l{i}.ln1.b"] = torch.ones(d), torch.zeros(d)
+        out_w, _ = linear(d, d)  # nn.MultiheadAttention zeroes this bias and its in-projection's
+        params[f"l{i}.qkv.w"] = init.xavier_uniform_(torch.empty(3 * d, d), generator=gen).T * s
+        params[f"l{i}.qkv.b"], params[f"l{i}.out.w"], params[f"l{i}.out.b"] = torch.zeros(3 * d), out_w, torch.zeros(d)
+        params[f"l{i}.ln2.w"], params[f"l{i}.ln2.b"] = torch.ones(d), torch.zeros(d)
+        params[f"l{i}.fc1.w"], params[f"l{i}.fc1.b"] = linear(d, cfg.d_mlp)
+        params[f"l{i}.fc2.w"], params[f"l{i}.fc2.b"] = linear(cfg.d_mlp, d)
+    params["lnf.w"], params["lnf.b"] = torch.ones(d), torch.zeros(d)
+    params["unembed.w"] = linear(d, TransformerModel.outputs(cfg, data), bias=False)[0]
+    return params
 
 
 @dataclass
@@ -45,7 +78,7 @@ class TransformerConfig:
     block: Literal["pre_ln", "normed_residual"] = "pre_ln"
     # scaled: embeddings N(0, 1/d), every linear U(+-1/sqrt(fan_in)) with its bias; pytorch: torch's defaults for
     # nn.Embedding (N(0, 1)) and nn.MultiheadAttention (Xavier-uniform projections, zero biases), as the Grokfast
-    # code leaves them
+    # code leaves them, drawn as torch's modules draw them (torch_module_init)
     init: Literal["scaled", "pytorch"] = "scaled"
     head: Literal["answers", "tokens"] = "answers"  # tokens: logits over every token (p + 2), as the Grokfast code
 
@@ -76,33 +109,32 @@ class TransformerModel(PackedModel):
 
     @staticmethod
     def init_member(cfg, data, gen, init_scales):
+        if cfg.init == "pytorch":
+            return torch_module_init(cfg, data, gen, init_scales["embedding"], init_scales["decoder"])
         d, e, s = cfg.d_model, init_scales["embedding"], init_scales["decoder"]
         seq, vocab = (4 if cfg.op_token else 3), TransformerModel.vocab(cfg, data)
-        torch_init = cfg.init == "pytorch"
-        std = 1.0 if torch_init else 1 / math.sqrt(d)
+        std = 1 / math.sqrt(d)
         params = {"tok": normal(gen, (vocab, d), std) * e, "pos": normal(gen, (seq, d), std) * e}
         for i in range(cfg.n_layers):
             params[f"l{i}.ln1.w"], params[f"l{i}.ln1.b"] = torch.ones(d), torch.zeros(d)
-            if torch_init:  # nn.MultiheadAttention: Xavier-uniform in-projection, zero biases
-                params[f"l{i}.qkv.w"] = uniform(gen, (d, 3 * d), math.sqrt(6 / (4 * d))) * s
-                params[f"l{i}.qkv.b"] = torch.zeros(3 * d)
-                params[f"l{i}.out.w"], params[f"l{i}.out.b"] = linear_init(gen, d, d, False, s)[0], torch.zeros(d)
-            else:
-                params[f"l{i}.qkv.w"], params[f"l{i}.qkv.b"] = linear_init(gen, d, 3 * d, True, s)
-                params[f"l{i}.out.w"], params[f"l{i}.out.b"] = linear_init(gen, d, d, True, s)
+            params[f"l{i}.qkv.w"], params[f"l{i}.qkv.b"] = linear_init(gen, d, 3 * d, True, s)
+            params[f"l{i}.out.w"], params[f"l{i}.out.b"] = linear_init(gen, d, d, True, s)
             params[f"l{i}.ln2.w"], params[f"l{i}.ln2.b"] = torch.ones(d), torch.zeros(d)
             params[f"l{i}.fc1.w"], params[f"l{i}.fc1.b"] = linear_init(gen, d, cfg.d_mlp, True, s)
             params[f"l{i}.fc2.w"], params[f"l{i}.fc2.b"] = linear_init(gen, cfg.d_mlp, d, True, s)
         params["lnf.w"], params["lnf.b"] = torch.ones(d), torch.zeros(d)
-        out = TransformerModel.vocab(cfg, data) if cfg.head == "tokens" else data.num_classes
-        params["unembed.w"] = linear_init(gen, d, out, False, s)[0]
+        params["unembed.w"] = linear_init(gen, d, TransformerModel.outputs(cfg, data), False, s)[0]
         return params
+
+    @staticmethod
+    def outputs(cfg, data) -> int:
+        return TransformerModel.vocab(cfg, data) if cfg.head == "tokens" else data.num_classes
 
     def make_head(self, configs, data, gens, dtype, device):
         self.eq_token = data.vocab_size
         self.op_token = data.vocab_size + 1
         self.dropout = torch.tensor([c.dropout for c in configs], dtype=dtype, device=device)
-        return ClassificationHead(self.vocab(self.cfg, data) if self.cfg.head == "tokens" else data.num_classes)
+        return ClassificationHead(self.outputs(self.cfg, data))
 
     @staticmethod
     def cross_entropy(model, task) -> bool:

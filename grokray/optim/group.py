@@ -95,6 +95,7 @@ class GroupOptimizer:
         self.h["beta1"] = column([c.betas[0] for c in configs])
         self.h["beta2"] = column([c.betas[1] for c in configs])
         self.has_warmup = any(c.warmup_steps > 0 for c in configs)
+        self.warmup_from_zero = configs[0].warmup_from_zero  # not per member: the pack's signature holds it
         # De-grokking transforms of the gradient, before the update (optim/degrok.py): ⊥Grad per parameter tensor
         # (`segments` of the flat group; the whole group as one when not given), then Grokfast's filter.
         self.segments = segments or [(0, param.shape[1], (param.shape[1],))]
@@ -180,7 +181,7 @@ class GroupOptimizer:
         h = self.h
         lr = h["lr"] * active
         if self.has_warmup:
-            lr = lr * P.warmup_factor(step, h["warmup_steps"])
+            lr = lr * P.warmup_factor(step, h["warmup_steps"], self.warmup_from_zero)
         noise = None
         if self.kind == "langevin":
             noise = self.noise.normal(self.param.shape[1:], self.param.dtype, self.param.device)
@@ -199,8 +200,7 @@ class GroupOptimizer:
             if not on:
                 continue
             lr, wd, b1, b2, eps, warmup = self.rows[k]
-            if warmup > 0:
-                lr *= min((step + 1) / warmup, 1.0)
+            lr *= P.warmup_factor(step, warmup, self.warmup_from_zero)
             kernel([self.param[k]], [self.grad[k]], [m[k]], [v[k]], [], [self.step_count], lr=lr, beta1=b1,
                    beta2=b2, weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
 

@@ -20,9 +20,14 @@ def fused_adam_kernel(decoupled: bool):
     return torch._fused_adamw_ if decoupled else torch._fused_adam_
 
 
-def warmup_factor(step: int, warmup_steps: torch.Tensor) -> torch.Tensor:
-    """Linear warmup: (step + 1) / warmup for the first `warmup` steps, then 1."""
-    return torch.clamp((step + 1) / warmup_steps.clamp(min=1), max=1.0)
+def warmup_factor(step: int, warmup_steps, from_zero: bool = False):
+    """Linear warm-up of update `step` (0-based): (step + 1) / warmup, or step / warmup from_zero (the first update
+    has lr 0), capped at 1; 1 where warmup_steps is 0. A tensor of factors for a tensor of warm-ups (the members'
+    column), a float for one member's int."""
+    ramp = step if from_zero else step + 1
+    if isinstance(warmup_steps, torch.Tensor):
+        return torch.where(warmup_steps > 0, (ramp / warmup_steps.clamp(min=1)).clamp(max=1.0), 1.0)
+    return min(ramp / warmup_steps, 1.0) if warmup_steps > 0 else 1.0
 
 
 def add_l2_(grad: torch.Tensor, param: torch.Tensor, weight_decay: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

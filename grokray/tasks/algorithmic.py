@@ -11,7 +11,7 @@ import torch
 from ..config import bounded
 from ..errors import SpecError
 from . import TASKS
-from .base import SplitFields, TaskData, random_split
+from .base import SplitFields, TaskData, drawn_split, random_split
 
 MAX_P = 5000  # a p x p table of 25 million pairs; the papers use p <= 113, and a typo such as p: 1000003 should be
 # refused at once rather than probed for memory (or trial-divided for primality) for minutes
@@ -39,6 +39,16 @@ class SplitTask(SplitFields):
     def split(self, data: TaskData, seed: int):
         n = len(data.y)
         return random_split(n, self.n_train(n), seed if self.split_seed is None else self.split_seed)
+
+    @property
+    def splits_from_the_seed(self) -> bool:
+        """Whether the split is one random draw from the trial's seed (what train.seed_stream: script continues)."""
+        return self.split_seed is None and getattr(self, "split_mode", "random") == "random"
+
+    def split_from_stream(self, data: TaskData, gen: torch.Generator):
+        """The random split drawn from `gen` (train.seed_stream: script), training rows in the order drawn."""
+        n = len(data.y)
+        return drawn_split(n, self.n_train(n), gen)
 
 
 @TASKS.register("modular")

@@ -45,5 +45,12 @@ class SplitFields:
 
 def random_split(n_total: int, n_train: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Seeded uniform split; identical on every machine because it uses torch's CPU generator."""
-    perm = torch.randperm(n_total, generator=torch.Generator().manual_seed(int(seed)))
-    return perm[:n_train].sort().values, perm[n_train:].sort().values
+    train, val = drawn_split(n_total, n_train, torch.Generator().manual_seed(int(seed)))
+    return train.sort().values, val
+
+
+def drawn_split(n_total: int, n_train: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first n_train rows of one randperm from `gen` train, in the order drawn (a script's
+    `data[:, randperm(n)]`, whose epochs then shuffle that order); the rest validate, sorted."""
+    perm = torch.randperm(n_total, generator=gen)
+    return perm[:n_train], perm[n_train:].sort().values

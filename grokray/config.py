@@ -267,6 +267,9 @@ class TrainConfig:
     # given number (per member). free: no constraint.
     weight_norm: float | Literal["free", "initial"] = "free"
     softmax: Literal["softmax", "stablemax"] = "softmax"  # the classification heads' cross-entropy (Prieto et al.)
+    # model: the softmax cross-entropy in the pack's dtype; float64: of its logits cast to float64, as Prieto et al.
+    # compute it (their softmax baseline delays Softmax Collapse so). StableMax's loss is float64 either way.
+    loss_dtype: Literal["model", "float64"] = "model"
     # per_purpose: the init, the split and the batches each draw from a generator of their own, so changing the
     # model leaves a seed's split alone. script: one generator per seed draws the init, then the split, then every
     # epoch's shuffle of the previous epoch's order, in the order a PyTorch script after torch.manual_seed(seed)

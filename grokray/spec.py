@@ -151,6 +151,9 @@ def check_degrok(entry, model, task, train: TrainConfig, optim: dict[str, OptimC
         raise SpecError("train.softmax", f"stablemax replaces the softmax of a cross-entropy loss, and model {name!r} "
                         "as configured has none; allowed with: transformer, toy or quadratic with head: "
                         "classification, mlp with loss: cross_entropy")
+    if train.loss_dtype == "float64" and not getattr(entry.build, "cross_entropy", lambda m, t: False)(model, task):
+        raise SpecError("train.loss_dtype", f"float64 computes a cross-entropy in float64, and model {name!r} as "
+                        "configured has none; allowed: model")
     if getattr(entry.build, "trainer", "pack") != "pack":
         if train.weight_norm != "free":
             raise SpecError("train.weight_norm", f"model {name!r} has no weights to hold; allowed: free")

@@ -93,6 +93,26 @@ def test_stablemax_is_s_over_its_sum():
     assert float(head.per_sample(big, torch.tensor([[0]]))[0]) > 0.0
 
 
+def test_loss_dtype_float64_takes_the_softmax_cross_entropy_of_float32_logits_in_float64():
+    from test_model_contract import example
+
+    from grokray.engine import PackTrainer
+    from grokray.errors import SpecError
+
+    logits = torch.tensor([[[30.0, 0.0, -20.0]]])  # float32 rounds exp(-30) away: a loss of exactly 0
+    target = torch.tensor([[0]])
+    head = ClassificationHead(3)
+    assert float(head.per_sample(logits, target)[0]) == 0.0
+    trainer = PackTrainer([example("mlp", "model.loss=cross_entropy", "train.loss_dtype=float64")])
+    float64 = trainer.model.head
+    loss, correct = float64.per_sample(logits, target)
+    assert loss.dtype == torch.float64 and bool(correct)
+    assert float(loss) == pytest.approx(math.log1p(math.exp(-30) + math.exp(-50)), rel=1e-12)
+    with pytest.raises(SpecError) as err:  # an MSE head has no cross-entropy to compute in float64
+        example("mlp", "model.loss=mse", "train.loss_dtype=float64")
+    assert "train.loss_dtype" in str(err.value) and "allowed: model" in str(err.value)
+
+
 def test_muon_steps_as_torchs_muon_does_on_a_matrix():
     """One matrix, two steps, against torch.optim.Muon (Nesterov, AdamW-matched RMS). Torch orthogonalises in
     bfloat16, so the two agree to its rounding, not to float32's."""

@@ -97,8 +97,7 @@ class PackTrainer:
         self.optimizers = group_optimizers(self.model, self.family, configs, compile=captured)
         self.norm_target = norm_targets(self.model, configs, self.device)
         self.holds_norm = bool((~torch.isnan(self.norm_target)).any())
-        if first.train.softmax == "stablemax":
-            self.model.head.stablemax = True  # checked at parse time: the family's head is a cross-entropy one
+        self.model.head.configure(first.train)  # train.softmax, train.loss_dtype
         self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
         self.batches = BATCHES[train.batches](self.n_train.tolist(), self.batch_size, self.rng, streams)  # batches.py
         self.step = 0  # the rest is device-side state, read by the host only at checks

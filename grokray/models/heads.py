@@ -16,6 +16,10 @@ class Head:
         """The head of the members `idx` (a pack compacting away its finished members)."""
         return self
 
+    def configure(self, train) -> None:
+        """Take the loss's train.softmax and train.loss_dtype (checked at parse time: only a cross-entropy has
+        them to take)."""
+
 
 class ClassificationHead(Head):
     """Cross-entropy over `num_classes` logits; correct = argmax. With `stablemax` (train.softmax), the
@@ -23,16 +27,21 @@ class ClassificationHead(Head):
     1 / (1 - x) below, normalised over the classes; it grows linearly, not exponentially, with the logits."""
 
     stablemax = False
+    float64 = False  # train.loss_dtype: float64, the softmax cross-entropy of float32 logits computed in float64
 
     def __init__(self, num_classes: int):
         self.out_dim = num_classes
+
+    def configure(self, train) -> None:
+        self.stablemax, self.float64 = train.softmax == "stablemax", train.loss_dtype == "float64"
 
     def per_sample(self, out, y):
         if self.stablemax:  # in float64, as Prieto et al. compute it: s(x) of a large negative logit underflows
             log_p = log_stablemax(out.double())
             loss = -log_p.gather(-1, y.unsqueeze(-1)).squeeze(-1)
         else:
-            loss = F.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+            logits = out.double() if self.float64 else out
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
         return loss, out.argmax(-1) == y
 
 

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.reliability
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "cluster" / "slurm" / "grokray.sbatch"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
-LONG = ["phases.stop_when_classified=false", "seeds=[0]", "resources.pack_size=2", "train.steps=3000",
-        "phases.budget=3000"]
+LONG = ["phases.stop_when_classified=false", "seeds=[0]", "resources.pack_size=1", "train.steps=10000",
+        "phases.budget=10000"]  # 8 packs of ~25 s, one at a time: room for three stops
 SLURM_CONF = """ClusterName=grokraytest
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
@@ -213,31 +213,42 @@ def test_requeue_scancel_and_the_time_limit_each_stop_and_resume_without_trainin
             "--checkpoint-every", "100"]
     finished: dict[str, int] = {}
 
-    def more_finished_and_one_logging():
-        try:  # the job's server creates the store's tables as it starts: read it once it has
-            runs = children(uri, spec.name)
+    def more_finished():
+        server = re.findall(r"MLflow at (http://\S+)", slurm.output(job))
+        if not server:  # the job's server makes the store: read it through the server, never beside it
+            return False
+        try:
+            runs = children(server[-1], spec.name)
         except Exception:
             return False
         done = {r.data.tags["grokray.trial_key"]: r.info.end_time for r in runs if "grokray.phase" in r.data.tags}
-        return len(done) > len(finished) and any(r.data.metrics for r in runs if "grokray.phase" not in r.data.tags) \
-            and done
+        return len(done) > len(finished) and len(done) < len(spec.trials()) and done
 
     # 1. Submitted without --resume, requeued mid-sweep: the job comes back and continues its own launch.
     job = submit(slurm, shared, *args, sbatch=("--requeue",))
-    finished.update(wait_for(more_finished_and_one_logging, 600, "a pack finished and the next logging", every=2))
+    finished.update(wait_for(more_finished, 600, "a pack finished", every=2))
     slurm.out(["scontrol", "requeue", job])
+
+    def released():  # Slurm holds a requeued job ~2 minutes once its first run has ended: released at once
+        state = slurm.job(job)
+        if state.get("Reason") == "BeginTime":
+            slurm.out(["scontrol", "update", f"JobId={job}", "BeginTime=now"])
+        return state.get("JobState") == "RUNNING"
+
+    wait_for(lambda: slurm.job(job).get("JobState") != "RUNNING", 120, "the job to be requeued", every=1)
+    wait_for(released, 300, "the requeued job to run again", every=2)
     wait_for(lambda: re.search(r"\[grokray.sbatch\] grokray run .* --resume", slurm.output(job)), 300,
              "the requeued job to resume its launch", every=2)
     # 2. scancel mid-sweep: grokray stops as on Ctrl-C, the parent ends KILLED, nothing is left running.
-    finished.update(wait_for(more_finished_and_one_logging, 600, "another pack finished", every=2))
+    finished.update(wait_for(more_finished, 600, "another pack finished", every=2))
     slurm.out(["scancel", job])
     slurm.wait_end(job, 180)
     last = slurm.output(job).split("[grokray.sbatch] grokray run")[-1]
-    assert "SIGTERM (scancel)" in last and "--resume" in last, last[-3000:]  # grokray's own resume hint
+    assert "SIGTERM (scancel" in last and "--resume" in last, last[-3000:]  # grokray's own resume hint
     assert [p.info.status for p in parents(uri, spec.name)] == ["KILLED"], slurm.output(job)[-3000:]
     wait_for(lambda: not leftovers(job, shared), 30, f"job {job}'s processes to end")
-    # 3. Resubmitted with --resume under a 2-minute limit: the warning signal (USR1, 100 s ahead) stops it too.
-    job = submit(slurm, shared, *args, "--resume", sbatch=("--time=2", "--signal=B:USR1@100"))
+    # 3. Resubmitted with --resume under a 3-minute limit: the warning signal (USR1, 100 s ahead) stops it too.
+    job = submit(slurm, shared, *args, "--resume", sbatch=("--time=3", "--signal=B:USR1@100"))
     ended = slurm.wait_end(job, 300)
     out = slurm.output(job)
     assert "time limit near" in out and ended["JobState"] != "TIMEOUT", out[-3000:]

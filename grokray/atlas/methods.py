@@ -100,16 +100,21 @@ def _confirmed(confirmed: dict | None, penalty: float, budget: int) -> str:
     generalize, 'not within 2,000'."""
     if confirmed is None:
         return "-"
-
-    def steps(v: float) -> str:
-        return f"{v:,.0f}" if v < penalty else f"not within {budget:,}"
     seeds = f"{len(confirmed['scores'])} seeds"
     if confirmed["median"] >= penalty:
         return f"not within {budget:,} ({seeds})"
-    return f"{steps(confirmed['median'])} ({steps(confirmed['low'])} to {steps(confirmed['high'])}; {seeds})"
+    return f"{_step_label(confirmed['median'], penalty, budget)} ({_interval(confirmed, penalty, budget)}; {seeds})"
 
 
-def confirmed_lines(rows: list[dict], penalty: float) -> list[str]:
+def _step_label(v: float, penalty: float, budget: int) -> str:
+    return f"{v:,.0f}" if v < penalty else f"not within {budget:,}"
+
+
+def _interval(confirmed: dict, penalty: float, budget: int) -> str:
+    return f"{_step_label(confirmed['low'], penalty, budget)} to {_step_label(confirmed['high'], penalty, budget)}"
+
+
+def confirmed_lines(rows: list[dict], penalty: float, budget: int) -> list[str]:
     """The verdict from the confirmation stage: the fastest median, what ties with it (intervals overlap), what
     is slower, what did not generalize."""
     places = standing({r["label"]: r["confirmed"] for r in rows if r["confirmed"] is not None}, penalty)
@@ -121,7 +126,7 @@ def confirmed_lines(rows: list[dict], penalty: float) -> list[str]:
     if lead is not None:
         c = next(r["confirmed"] for r in rows if r["label"] == lead)
         lines.append(f"At the fresh seeds, the fastest median is **{lead}**: {c['median']:,.0f} steps "
-                     f"({LEVEL:.0%} interval {c['low']:,.0f} to {c['high']:,.0f}).")
+                     f"({LEVEL:.0%} interval {_interval(c, penalty, budget)}).")
     if by.get("tied with the fastest"):
         lines.append(f"Tied with it (intervals overlap, so the seeds do not separate them): "
                      f"{', '.join(by['tied with the fastest'])}.")
@@ -195,7 +200,7 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
              + (" Then each method's best settings ran again at fresh seeds (the search never saw them); the "
                 "confirmed column is the median over those seeds of the best of them, with a bootstrap "
                 f"{LEVEL:.0%} interval, and methods whose intervals overlap are tied." if confirming else ""), "",
-             *(confirmed_lines(rows, penalty) + [""] if confirming else []),
+             *(confirmed_lines(rows, penalty, budget) + [""] if confirming else []),
              "```bash", *[f"grokray atlas --scale {scale} {r.figure.path.as_posix()}" for r in results], "```", "",
              md_table(table), "", "Sources of the published figures:", "",
              *[f"- {r['label']}: {r['source']}" for r in rows if r["source"]], "",

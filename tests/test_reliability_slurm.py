@@ -221,7 +221,7 @@ def test_requeue_scancel_and_the_time_limit_each_stop_and_resume_without_trainin
             runs = children(server[-1], spec.name)
         except Exception:
             return False
-        done = {r.data.tags["grokray.trial_key"]: r.info.end_time for r in runs if "grokray.phase" in r.data.tags}
+        done = {r.data.tags["grokray.trial_key"]: r.info.end_time for r in runs if r.info.status == "FINISHED"}
         return len(done) > len(finished) and len(done) < len(spec.trials()) and done
 
     # 1. Submitted without --resume, requeued mid-sweep: the job comes back and continues its own launch.
@@ -255,7 +255,7 @@ def test_requeue_scancel_and_the_time_limit_each_stop_and_resume_without_trainin
     assert [p.info.status for p in parents(uri, spec.name)] == ["KILLED"], out[-3000:]
     assert not leftovers(job, shared), leftovers(job, shared)
     finished.update({r.data.tags["grokray.trial_key"]: r.info.end_time for r in children(uri, spec.name)
-                     if "grokray.phase" in r.data.tags})
+                     if r.info.status == "FINISHED"})
     # 4. Resubmitted with --resume: it completes, and nothing that had finished was trained again.
     job = submit(slurm, shared, *args, "--resume")
     ended = slurm.wait_end(job, 900)

@@ -23,7 +23,8 @@ SMOKE_RUN = [p for p in SPECS if not p.stem.startswith("grokfast_variant_")]
 def test_the_library_covers_the_papers():
     names = {p.stem for p in SPECS}
     for prefix in ("liu_fig6a", "liu_fig6b", "liu_fig6c", "liu_fig6d", "liu_fig7", "liu_fig8", "critical_fraction",
-                   "power_", "quadratic_wd", "quadratic_init", "rfm_fraction", "rfm_symmetry", "langevin"):
+                   "power_", "quadratic_wd", "quadratic_init", "rfm_fraction", "rfm_symmetry", "langevin",
+                   "grokfast_ma", "prieto_fig1"):
         assert any(n.startswith(prefix) for n in names), prefix
 
 

@@ -166,12 +166,10 @@ def check_degrok(entry, model, task, train: TrainConfig, optim: dict[str, OptimC
 def check_seed_stream(entry, task, train: TrainConfig) -> None:
     """train.seed_stream: script continues the init's generator into the split, so it needs a model trained by the
     pack (which draws an init) and a split drawn at random from the trial's seed."""
-    if train.seed_stream != "script":
-        return
-    if getattr(entry.build, "trainer", "pack") != "pack":
+    if train.seed_stream == "script" and getattr(entry.build, "trainer", "pack") != "pack":
         raise SpecError("train.seed_stream", f"got 'script' with model {entry.name!r}, which draws no initial "
                         "weights to continue from; allowed: per_purpose")
-    if not getattr(task, "splits_from_the_seed", False):
+    if train.seed_stream == "script" and not getattr(task, "splits_from_the_seed", False):
         raise SpecError("train.seed_stream", f"got 'script' with task {task.registry_name!r} as configured, whose "
                         "split is not one random draw from the trial's seed; allowed: per_purpose, or script with "
                         "a modular (split_mode: random), addition or permutation task and no split_seed")

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.reliability
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "cluster" / "slurm" / "grokray.sbatch"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
-LONG = ["phases.stop_when_classified=false", "seeds=[0]", "resources.pack_size=1", "train.steps=10000",
-        "phases.budget=10000"]  # 8 packs of ~25 s, one at a time: room for three stops
+LONG = ["phases.stop_when_classified=false", "seeds=[0]", "resources.pack_size=1", "train.steps=20000",
+        "phases.budget=20000"]  # 8 packs of ~30 s, one at a time: work left for each of three stops
 SLURM_CONF = """ClusterName=grokraytest
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}

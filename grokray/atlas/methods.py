@@ -91,8 +91,7 @@ def _steps(trial: dict | None, objective: str, penalty: float, budget: int) -> s
         return "-"
     votes = (f" ({trial['seeds_generalized']}/{trial['seeds_voting']} seeds)"
              if trial.get("seeds_voting") not in (None, "") else "")
-    value = float(trial[objective])
-    return (f"{value:,.0f}" if value < penalty else f"not within {budget:,}") + votes
+    return _step_label(float(trial[objective]), penalty, budget) + votes
 
 
 def _confirmed(confirmed: dict | None, penalty: float, budget: int) -> str:

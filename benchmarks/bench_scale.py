@@ -218,7 +218,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
 
     store = Store(uri)
     t1 = time.perf_counter()
-    runs = store.runs([store.experiment_id(f"scale-{n}")], "tags.`grokray.phase` != ''")
+    runs = [r for r in store.runs([store.experiment_id(f"scale-{n}")]) if "grokray.phase" in r.tags]
     read_s = time.perf_counter() - t1
     keys = [r.tags.get("grokray.trial_key") for r in runs]
 
@@ -317,7 +317,7 @@ def measure_search(counts: list[int], work: Path, asks: int = 20) -> list[dict]:
     from optuna.storages.journal import JournalFileBackend
 
     from grokray.search.config import SearchConfig
-    from grokray.search.study import make_sampler
+    from grokray.search.sampler import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = {"lr": FloatDistribution(1e-4, 1e-2, log=True), "wd": FloatDistribution(0.0, 10.0),
@@ -342,6 +342,7 @@ def measure_search(counts: list[int], work: Path, asks: int = 20) -> list[dict]:
         n_loaded = len(loaded.trials)
         load_s = time.perf_counter() - t0
         cfg.seed, cfg.sampler, cfg.n_trials, cfg.max_concurrent = 0, "tpe", count, 2
+        cfg.startup = "random"  # the asks timed here come long after any start-up design
         loaded.sampler = make_sampler(cfg)
         t0 = time.perf_counter()
         for _ in range(asks):

@@ -5,12 +5,13 @@ weight decay 5), searched over the plane of Liu Fig. 6b (decoder lr x decoder we
 Each method gets the same number of trials; the objective is `time_to_generalize` (2 x budget if a trial never
 generalizes), minimised. TPE and random run with sampler seeds 0, 1, 2 (the grid has no seed: one value).
 
-The samplers are the ones `grokray search` builds (`runner.make_sampler`) and each trial is the same one-member
+The samplers are the ones `grokray search` builds (`search/sampler.make_sampler`) and each trial is the same one-member
 training as in a search (`engine.run_trial`), but trials run in this process, one after another: the comparison
 is about the samplers, and Ray/MLflow overheads would only add noise on a 2-core machine.
 
     .venv/bin/python benchmarks/bench_search.py --steps 3000 --trials 16      # ~10 min on 2 quiet cores
     .venv/bin/python benchmarks/bench_search.py --only tpe --seeds 0          # one method, one seed
+    .venv/bin/python benchmarks/bench_search.py --only tpe tpe-random         # TPE's Sobol' start against random
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ import optuna
 from grokray.engine import run_trial
 from grokray.search.config import parse_search, start_trial, trial_config
 from grokray.search.objective import objective_values
-from grokray.search.study import distributions, make_sampler
+from grokray.search.sampler import distributions, make_sampler
 from grokray.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
+METHODS = ["tpe", "tpe-random", "random", "grid"]  # tpe-random: TPE with Optuna's random start-up trials
 SPACE = ("search.space={optim.decoder.lr: {float: [1.0e-4, 1.0e-2], log: true}, "
          "optim.decoder.weight_decay: {float: [0.0, 10.0]}}")
 
@@ -46,8 +48,10 @@ def evaluate(spec, cfg, params: dict, cache: dict) -> tuple[float, str]:
     return cache[key]
 
 
-def run_sampler(spec, cfg, sampler_name: str, seed: int, n: int) -> list[float]:
-    cfg.sampler, cfg.seed = sampler_name, seed
+def run_sampler(spec, cfg, method: str, seed: int, n: int) -> list[float]:
+    """method: tpe (its Sobol' start-up, grokray's default), tpe-random (Optuna's random start-up) or random."""
+    cfg.sampler, cfg.seed = method.split("-")[0], seed
+    cfg.startup = "random" if method == "tpe-random" else "sobol"
     study = optuna.create_study(direction="minimize", sampler=make_sampler(cfg))
     dists = distributions(cfg)
     values, cache = [], {}
@@ -72,7 +76,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000, help="train.steps = phases.budget")
     parser.add_argument("--trials", type=int, default=16, help="trials per method (the grid: per-axis^2)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="sampler seeds")
-    parser.add_argument("--only", choices=["tpe", "random", "grid"], default=None)
+    parser.add_argument("--only", choices=METHODS, nargs="+", default=None)
     parser.add_argument("--json", default=None, help="write the raw results here")
     args = parser.parse_args()
 
@@ -89,7 +93,7 @@ def main() -> None:
           f"(budget {args.steps}, penalty {cfg.penalty:g})", flush=True)
 
     out = {"steps": args.steps, "trials": args.trials, "start": start_value, "methods": {}}
-    for method in [args.only] if args.only else ["tpe", "random", "grid"]:
+    for method in args.only or METHODS:
         runs = []
         for seed in args.seeds if method != "grid" else [None]:
             t = time.time()
@@ -98,7 +102,7 @@ def main() -> None:
             best = min(values)
             runs.append({"seed": seed, "best": best, "values": values, "seconds": time.time() - t,
                          "generalized": sum(v < cfg.penalty for v in values)})
-            print(f"{method:6s} seed {seed}: best {best:g}, {runs[-1]['generalized']}/{len(values)} generalized, "
+            print(f"{method:10s} seed {seed}: best {best:g}, {runs[-1]['generalized']}/{len(values)} generalized, "
                   f"trace {[int(v) for v in values]} ({time.time() - t:.0f} s)", flush=True)
         out["methods"][method] = runs
 

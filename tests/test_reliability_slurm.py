@@ -261,5 +261,6 @@ def test_requeue_scancel_and_the_time_limit_each_stop_and_resume_without_trainin
     moved = [k for k, end in finished.items() if runs[k].info.end_time != end]
     assert [p.info.status for p in parents(uri, spec.name)] == ["FINISHED"]
     assert not leftovers(job, shared), leftovers(job, shared)
+    how = [(runs[k].info.end_time - finished[k], runs[k].data.tags.get("grokray.resumes", "0")) for k in moved]
     report("slurm_stops", configurations=len(runs), finished_before_last_stop=len(finished), re_run=len(rerun),
-           end_moved=len(moved))
+           end_moved=len(moved), moved_by_ms_and_resumes=how)

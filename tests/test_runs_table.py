@@ -42,7 +42,7 @@ def launch(local_ray, tmp_path_factory):
 
 def one_by_one(store: Store, parent_id: str) -> pd.DataFrame:
     parent = store.run(parent_id)
-    return runs_to_frame(store.runs([parent.experiment_id], children_filter(parent_id)))
+    return runs_to_frame(store.children_of(parent_id, parent.experiment_id))
 
 
 def by_run(frame: pd.DataFrame) -> pd.DataFrame:
@@ -62,7 +62,7 @@ def test_the_runs_table_equals_the_runs_read_one_by_one(launch):
         assert table.attrs["swept"] == ["optim.decoder.lr", "optim.decoder.weight_decay", "seed"]
         assert set(table["phase"].dropna()) and table["status"].eq("FINISHED").all()
     both = load_runs(experiment="quickstart", tracking_uri=first.tracking_uri)
-    everything = runs_to_frame([r for r in store.runs([first.experiment_id]) if "mlflow.parentRunId" in r.tags])
+    everything = runs_to_frame([r for r in store.runs([first.experiment_id]) if r.parent_id])
     pd.testing.assert_frame_equal(by_run(both), by_run(everything), check_exact=True)
     assert len(both) == 32 and both["parent_run_id"].value_counts().to_dict() == {
         first.parent_run_id: 16, second.parent_run_id: 16}
@@ -120,6 +120,31 @@ def test_the_next_launch_closes_a_parent_a_dead_driver_left_running(tmp_path):
     assert [client.get_run(r).info.status for r in runs["dead"]] == ["KILLED", "KILLED"]
     assert [client.get_run(r).info.status for r in runs["live"]] == ["RUNNING", "RUNNING"]  # its driver runs on
     assert client.get_run(other.run_id).info.status == "RUNNING"
+
+
+def test_a_finished_member_ends_at_its_own_stop_whoever_ends_its_run(launch, tmp_path):
+    """Issue 52 (seen under Slurm): a stop between a member's phase tag and its run's end left the run RUNNING;
+    the close ended it at the close's time, and the next job, delivering the spooled end, moved it back. The
+    stop time travels with the phase tag, so the close ends the run exactly where the pack would have."""
+    from mlflow.tracking import MlflowClient
+
+    from grokray.tracking.schema import ENDED_TAG, PHASE_TAG
+
+    first, _ = launch
+    store = Store(first.tracking_uri)
+    children = store.children(store.run(first.parent_run_id))
+    assert children and all(r.end_ms == int(r.tags[ENDED_TAG]) for r in children)  # the pack's own ends
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    parent = ParentRun(uri, "ends", str(tmp_path / "spool"))
+    parent.open("grid", "hash0", "ends sweep", [], [], "name: ends\n")
+    tagged, untagged = (client.create_run(parent.experiment_id, tags={"mlflow.parentRunId": parent.run_id}).info.run_id
+                        for _ in range(2))
+    client.set_tag(tagged, PHASE_TAG, "grokking")  # its batch's tags went out, its end did not
+    client.set_tag(tagged, ENDED_TAG, "1700000000123")
+    parent.close("KILLED", 0.0)
+    assert (client.get_run(tagged).info.status, client.get_run(tagged).info.end_time) == ("FINISHED", 1700000000123)
+    assert client.get_run(untagged).info.status == "KILLED"
 
 
 def test_a_table_that_disagrees_with_its_tag_is_not_trusted(launch, tmp_path):

@@ -7,7 +7,8 @@ import pytest
 
 from grokray.errors import SpecError
 from grokray.search.config import parse_search
-from grokray.search.study import distributions, make_sampler, open_storage, open_study
+from grokray.search.sampler import distributions, make_sampler
+from grokray.search.study import open_storage, open_study
 from grokray.spec import load_spec
 
 DEGROK = Path(__file__).resolve().parents[1] / "sweeps" / "degrok_toy.yaml"

@@ -252,7 +252,7 @@ def test_a_searchs_figure_is_the_objective_against_each_parameter_titled_by_the_
 
     from grokray.search.artifacts import plot_slices
     from grokray.search.config import parse_search
-    from grokray.search.study import distributions
+    from grokray.search.sampler import distributions
     from grokray.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "degrok_toy.yaml", scale="smoke")

@@ -22,6 +22,7 @@ class TrialContext:
     final_state: bool = False  # save each member's final parameters as an artifact
     objective: tuple[str, ...] = ()  # a search trial: the objectives each report carries (search.objective)
     penalty: float = 0.0  # ... and the value of a trial that has not generalized yet
+    fit_reports: bool = False  # the default interval: a short pack reports more often (trainable.fitted_report_s)
     member_phases: bool = False  # report each member's phase by its key (the adaptive driver steers by them;
     # a grid reports counts only, so that Tune's results stay per pack, not per configuration)
 

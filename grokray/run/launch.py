@@ -93,7 +93,7 @@ def replace_restored_callbacks(tuner: tune.Tuner, callbacks: list) -> bool:
     """A restored Tuner's RunConfig holds the first launch's callbacks, pickled: its --progress, or a ProgressLine
     of an older grokray that no longer unpickles whole; this launch's own replace them. Ray 2.60 has no public
     way (Tuner.restore takes no run_config), so this is grokray's one use of Tune's private local tuner. Under Ray
-    Client there is none: the restored callbacks are kept (False). tests/test_sweep_resume.py fails by name if
+    Client there is none: the restored callbacks are kept (False). tests/test_run_resume.py fails by name if
     Ray changes it."""
     local = getattr(tuner, "_local_tuner", None)
     if local is None:
@@ -211,7 +211,8 @@ class Launch:
                            opts.buffer_points, parent_key=parent.launch_key, experiment_name=parent.experiment_name)
         res = self.spec.resources
         return TrialContext(target, extra.pop("checkpoint_every", opts.checkpoint_every), self.min_report_s,
-                            res.cpu, res.gpu, self.spec.artifacts.final_state, **extra)
+                            res.cpu, res.gpu, self.spec.artifacts.final_state,
+                            fit_reports=opts.min_report_s is None and self.min_report_s > 0, **extra)
 
     # -- rounds of Tune runs -------------------------------------------------------------------------------------
     def path_of(self, name: str) -> str:
@@ -313,7 +314,6 @@ class Launch:
             parent_run_id=self.parent.run_id, experiment_path=self.experiment_path, configurations=configurations,
             packs=packs, phase_counts=closed.phase_counts, errored_trials=len(errors), interrupted=interrupted,
             wall_s=time.time() - self.t_start, trial_metrics=last,
-            trial_nodes={trial_name_of(r): (r.metrics or {}).get("node_id", "") for r in results if r.config},
             trial_errors=errors, spooled_points=sum(int(m.get("spooled_points", 0)) for m in last),
             undelivered_dir=closed.spool_dir if closed.undelivered else "",
             undelivered_points=closed.undelivered_points, undelivered_batches=closed.undelivered_batches,

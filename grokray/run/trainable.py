@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -31,6 +32,8 @@ from .pack_files import load_pack
 CHECKPOINT_FILE = "pack.pt"
 FIRST_CHUNK = 20  # steps that time a pack before its chunks are sized
 SLOW_CHUNK_S = 30.0  # the longest chunk of a pack that reports after every chunk (a search trial)
+REPORTS_PER_PACK = 20  # with the default report interval, a short pack reports about this often ...
+FIT_FLOOR_S = 5.0  # ... but at most once per this many seconds
 
 
 def _phase_counts(trainer, results, thresholds) -> dict[str, int]:
@@ -69,10 +72,47 @@ def gpu_placement() -> dict:
             "gpu_share": float(assigned.get("GPU", 0.0))}
 
 
-def train_pack(config: dict) -> None:
-    started = time.perf_counter()
-    pack, ctx = load_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
-    configs = [parse_trial(m["config"], written=False) for m in pack["members"]]
+def fitted_report_s(cap_s: float, pack_s: float) -> float:
+    """The report interval of a pack expected to train `pack_s` more seconds: REPORTS_PER_PACK reports over its
+    life, at most one per `cap_s` and at least FIT_FLOOR_S apart. A 3-minute demo's progress line then moves every
+    few seconds instead of holding a count for a minute; a long sweep keeps the cap."""
+    return min(cap_s, max(FIT_FLOOR_S, pack_s / REPORTS_PER_PACK))
+
+
+@dataclass(frozen=True)
+class PackReport:
+    """The one builder of a pack's Tune results: what every report carries, plus its end (`closed`: the points
+    left undelivered, the seconds the close took, the spool left) and its timings where it trained."""
+
+    pack: dict
+    ctx: TrialContext
+    node_id: str
+    restored_from: int
+    placement: dict  # a CUDA pack's placement (gpu_placement); {} on the CPU
+
+    def result(self, trainer, phases: dict[str, int], member_phases: list[str], *, members_done: int, done: bool,
+               closed: tuple[int, float, str] | None = None, timing=None, from_mlflow: bool = False) -> dict:
+        out = {"step": trainer.step, "total": trainer.total, "members": trainer.K, "members_done": members_done,
+               "phases": phases, "node_id": self.node_id, "restored_from": self.restored_from, "pack_done": done}
+        if timing is not None:
+            train_s, tracker, started = timing
+            out |= {"train_s": train_s, "mlflow_s": tracker.seconds, "mlflow_calls": tracker.calls,
+                    "trial_s": time.perf_counter() - started,
+                    "spooled_points": tracker.courier.spooled_points}  # points that waited out an outage
+        if from_mlflow:
+            out |= {"from_mlflow": True, "spooled_points": 0}
+        if self.placement:
+            out["cuda_visible_devices"] = self.placement["cuda_visible_devices"]
+        if done and self.ctx.member_phases:
+            out["member_phases"] = {m["key"]: p for m, p in zip(self.pack["members"], member_phases, strict=True)}
+        if closed is not None:  # after training: one try at an outage's backlog, then handed over
+            out |= dict(zip(("undelivered_points", "delivery_wait_s", "spool"), closed, strict=True))
+        return out
+
+
+def pack_trainer(pack: dict, ctx: TrialContext, configs: list):
+    """(trainer, its device, where Ray placed it), the trainer continued from Tune's checkpoint if it hands one
+    over (a retry after a worker died, or --resume)."""
     torch.set_num_threads(usable_threads(ctx.cpu))
     placement = gpu_placement()
     device = device_for(ctx.gpu)
@@ -83,28 +123,41 @@ def train_pack(config: dict) -> None:
                            f"{placement['gpu_share']:g} GPU requested) but torch {torch.__version__} on node "
                            f"{ray.get_runtime_context().get_node_id()[:12]} cannot open CUDA")
     trainer = make_trainer(configs, device=device)
-
     checkpoint = tune.get_checkpoint()
-    restored_from = 0
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             load_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)  # torch.load(..., weights_only=True)
-        restored_from = trainer.step
+    return trainer, device, placement
+
+
+def close_pack(tracker: PackTracker, trainer, results, thresholds, save_states: bool) -> tuple[int, float, str]:
+    """The last chunk's MLflow side, before Tune hears of it (a stop in between finds every run ended there):
+    final states, phase tags and ends, then one try at an outage's backlog. Returns PackReport's `closed`."""
+    if save_states:
+        tracker.log_states(trainer.member_states(), STATE_ARTIFACT)  # before the phase tags mark them done
+    tracker.finish(results, thresholds, _ended(trainer))
+    t_close = time.perf_counter()
+    undelivered = tracker.close()  # delivered now, or left in the spool file for the driver
+    return undelivered, time.perf_counter() - t_close, str(tracker.courier.spool.path) if undelivered else ""
+
+
+def train_pack(config: dict) -> None:
+    started = time.perf_counter()
+    pack, ctx = load_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
+    configs = [parse_trial(m["config"], written=False) for m in pack["members"]]
+    trainer, device, placement = pack_trainer(pack, ctx, configs)
+    restored_from = trainer.step
 
     node_id = ray.get_runtime_context().get_node_id()
     tracker = PackTracker(ctx.target, pack)
     tracker.open(node_id, restored_from)
+    report = PackReport(pack, ctx, node_id, restored_from, placement if device == "cuda" else {})
     if tracker.all_finished and not ctx.objective:
         # Stopped after every member's run had ended but before Tune heard the last report: MLflow holds the
         # work, so a resume trains none of it again. (A search trial trains on: its score needs the curves.)
         phases = [r.counted_as for r in tracker.runs]
-        tune.report({"step": trainer.step, "total": trainer.total, "members": trainer.K, "members_done": trainer.K,
-                     "phases": {p: phases.count(p) for p in set(phases)}, "node_id": node_id,
-                     "restored_from": restored_from, "pack_done": True, "from_mlflow": True,
-                     **({"member_phases": {m["key"]: r.phase for m, r in zip(pack["members"], tracker.runs,
-                                                                              strict=True)}} if ctx.member_phases
-                        else {}),
-                     "undelivered_points": 0, "delivery_wait_s": 0.0, "spool": "", "spooled_points": 0})
+        tune.report(report.result(trainer, {p: phases.count(p) for p in set(phases)}, [r.phase for r in tracker.runs],
+                                  members_done=trainer.K, done=True, from_mlflow=True, closed=(0, 0.0, "")))
         return
     thresholds = [c.phases.threshold for c in configs]
     save_states = ctx.final_state
@@ -122,40 +175,18 @@ def train_pack(config: dict) -> None:
         chunk_s = time.perf_counter() - t0
         train_s += chunk_s
         # the first chunk (train_s is its time alone) may be the probe: it only times the pack, nothing to report
-        probed, chunk = chunk < every and train_s == chunk_s, next_chunk(chunk, chunk_s, every, min_report_s)
+        probed = chunk < every and train_s == chunk_s
+        if probed and ctx.fit_reports:
+            min_report_s = fitted_report_s(ctx.min_report_s, chunk_s / chunk * (trainer.total - trainer.step))
+        chunk = next_chunk(chunk, chunk_s, every, min_report_s)
         if not done and (probed or time.perf_counter() - last_report < min_report_s):
             continue  # curves and checkpoints go out with the next report: MLflow and Tune both see few calls
         results = trainer.results()
-        if done:  # the last chunk: MLflow first, so a stop before Tune hears it finds every run ended there
-            if save_states:
-                tracker.log_states(trainer.member_states(), STATE_ARTIFACT)  # before the phase tags mark them done
-            tracker.finish(results, thresholds, _ended(trainer))
-            t_close = time.perf_counter()
-            undelivered = tracker.close()  # an outage's backlog: delivered now, or left in the spool file
-            close_s = time.perf_counter() - t_close
+        closed = close_pack(tracker, trainer, results, thresholds, save_states) if done else None
         last_report = time.perf_counter()
-        metrics = {
-            "step": trainer.step,
-            "total": trainer.total,
-            "members": trainer.K,
-            "members_done": sum(s is not None for s in trainer.stopped_at),
-            "phases": _phase_counts(trainer, results, thresholds),
-            "node_id": node_id,
-            "restored_from": restored_from,
-            "train_s": train_s,
-            "mlflow_s": tracker.seconds,
-            "mlflow_calls": tracker.calls,
-            "trial_s": time.perf_counter() - started,
-            "pack_done": done,
-            "spooled_points": tracker.courier.spooled_points,  # points that waited out a tracking outage
-            **({"cuda_visible_devices": placement["cuda_visible_devices"]} if device == "cuda" else {}),
-        }
-        if done and ctx.member_phases:
-            metrics["member_phases"] = {m["key"]: r.phase for m, r in zip(pack["members"], results, strict=True)}
-        if done:
-            metrics["undelivered_points"] = undelivered
-            metrics["delivery_wait_s"] = close_s  # after training: one try at an outage's backlog, then handed over
-            metrics["spool"] = str(tracker.courier.spool.path) if undelivered else ""
+        metrics = report.result(trainer, _phase_counts(trainer, results, thresholds), [r.phase for r in results],
+                                members_done=sum(s is not None for s in trainer.stopped_at), done=done,
+                                closed=closed, timing=(train_s, tracker, started))
         if ctx.objective:
             metrics.update(report_metrics(list(ctx.objective), ctx.penalty, configs, results))
             metrics["mlflow_run_id"] = ",".join(tracker.run_ids.get(m["key"], "") for m in pack["members"])

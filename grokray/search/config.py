@@ -13,6 +13,7 @@ search:
   objective: time_to_generalize              # or grokking_gap, or [time_to_generalize, grokking_gap]
   penalty: null                              # score of a trial that never generalizes (default 2 x budget)
   sampler: tpe                               # tpe (constant_liar when max_concurrent > 1) or random
+  startup: sobol                             # tpe's first trials: a scrambled Sobol' design, or random (Optuna's)
   asha: {grace: 500, reduction_factor: 3}    # optional: prune trials whose val/acc lags at checkpoints
   storage: null                              # journal file path or RDB URL (default: <results>/<study>.journal)
   study: null                                # study name (default: the spec's name)
@@ -38,8 +39,9 @@ from .confirm import ConfirmConfig, parse_confirm
 
 OBJECTIVES = ("time_to_generalize", "grokking_gap")
 SAMPLERS = ("tpe", "random")
-SEARCH_KEYS = ("space", "n_trials", "max_concurrent", "seed", "objective", "penalty", "sampler", "asha", "storage",
-               "study", "enqueue", "confirm")
+STARTUPS = ("sobol", "random")
+SEARCH_KEYS = ("space", "n_trials", "max_concurrent", "seed", "objective", "penalty", "sampler", "startup", "asha",
+               "storage", "study", "enqueue", "confirm")
 DIST_KINDS = ("float", "int", "categorical")
 
 
@@ -95,11 +97,17 @@ class SearchConfig:
     objective: list[str] = field(default_factory=lambda: ["time_to_generalize"])
     penalty: float = 0.0  # resolved: 2 x budget unless given
     sampler: str = "tpe"
+    startup: str = "sobol"  # how tpe's first trials are drawn (search/sampler.py)
     asha: AshaConfig | None = None
     storage: str | None = None
     study: str = ""
     enqueue: list[dict] = field(default_factory=list)  # searched values the study tries first, in order
     confirm: ConfirmConfig | None = None  # the best settings re-run at fresh seeds after the search
+
+    @property
+    def log_axes(self) -> list[str]:
+        """The searched fields drawn on a log scale: how runs are named and figures scaled."""
+        return sorted(k for k, d in self.space.items() if d.log)
 
     @property
     def multi(self) -> bool:
@@ -151,13 +159,7 @@ def _flatten_space(raw: dict, prefix: str = "") -> dict:
     return out
 
 
-def parse_search(spec: Spec) -> SearchConfig:
-    """spec.raw['search'] -> SearchConfig, with every searched field applied to the spec once."""
-    raw = spec.raw.get("search")
-    if raw is None:
-        raise SpecError("search", "missing; `grokray search` needs a search: block with a space (see README)")
-    check_block(raw, "search", SEARCH_KEYS)
-    space_raw = raw.get("space")
+def _parse_space(space_raw, spec: Spec) -> dict[str, Dist]:
     if not isinstance(space_raw, dict) or not space_raw:
         raise SpecError("search.space", f"expected a mapping of dotted field -> distribution, got {space_raw!r}")
     space = {}
@@ -169,34 +171,54 @@ def parse_search(spec: Spec) -> SearchConfig:
     if len(spec.seeds) > 1 and "seed" in space:
         raise SpecError("search.space.seed", f"the spec counts seeds {spec.seeds} in every trial; search over seed "
                                              "only with one seed in seeds:")
+    return space
 
+
+def _parse_objective(given) -> list[str]:
+    objective = given if isinstance(given, list) else [given]
+    if not objective or len(set(objective)) != len(objective):
+        raise SpecError("search.objective", f"got {given!r}; give one objective or a list of distinct ones")
+    for i, name in enumerate(objective):
+        if name not in OBJECTIVES:
+            where = "search.objective" + (f"[{i}]" if isinstance(given, list) else "")
+            raise SpecError(where, f"got {name!r}; allowed: {', '.join(OBJECTIVES)}")
+    return objective
+
+
+def _parse_asha(a) -> AshaConfig | None:
+    if a is None:
+        return None
+    if not isinstance(a, dict):
+        raise SpecError("search.asha", f"expected {{grace: steps, reduction_factor: 3}}, got {a!r}")
+    for key in a:
+        if key not in ("grace", "reduction_factor"):
+            raise unknown_key_error("search.asha", key, ("grace", "reduction_factor"))
+    if "grace" not in a:
+        raise SpecError("search.asha.grace", "missing; steps a trial runs before it can be pruned")
+    return AshaConfig(coerce(int, a["grace"], "search.asha.grace", {"ge": 1}),
+                      coerce(float, a.get("reduction_factor", 3), "search.asha.reduction_factor", {"gt": 1}))
+
+
+def parse_search(spec: Spec) -> SearchConfig:
+    """spec.raw['search'] -> SearchConfig, with every searched field applied to the spec once."""
+    raw = spec.raw.get("search")
+    if raw is None:
+        raise SpecError("search", "missing; `grokray search` needs a search: block with a space (see README)")
+    check_block(raw, "search", SEARCH_KEYS)
+    space = _parse_space(raw.get("space"), spec)
     n_trials = coerce(int, raw.get("n_trials", 20), "search.n_trials", {"ge": 1})
     max_concurrent = coerce(int, raw.get("max_concurrent", 1), "search.max_concurrent", {"ge": 1})
     seed = coerce(int, raw.get("seed", 0), "search.seed")
-    objective = raw.get("objective", "time_to_generalize")
-    objective = objective if isinstance(objective, list) else [objective]
-    if not objective or len(set(objective)) != len(objective):
-        raise SpecError("search.objective", f"got {raw.get('objective')!r}; give one objective or a list of "
-                                            "distinct ones")
-    for i, name in enumerate(objective):
-        if name not in OBJECTIVES:
-            where = "search.objective" + (f"[{i}]" if isinstance(raw.get("objective"), list) else "")
-            raise SpecError(where, f"got {name!r}; allowed: {', '.join(OBJECTIVES)}")
+    objective = _parse_objective(raw.get("objective", "time_to_generalize"))
     sampler = raw.get("sampler", "tpe")
     if sampler not in SAMPLERS:
         raise SpecError("search.sampler", f"got {sampler!r}; allowed: {', '.join(SAMPLERS)}")
-    asha = None
-    if raw.get("asha") is not None:
-        a = raw["asha"]
-        if not isinstance(a, dict):
-            raise SpecError("search.asha", f"expected {{grace: steps, reduction_factor: 3}}, got {a!r}")
-        for key in a:
-            if key not in ("grace", "reduction_factor"):
-                raise unknown_key_error("search.asha", key, ("grace", "reduction_factor"))
-        if "grace" not in a:
-            raise SpecError("search.asha.grace", "missing; steps a trial runs before it can be pruned")
-        asha = AshaConfig(coerce(int, a["grace"], "search.asha.grace", {"ge": 1}),
-                          coerce(float, a.get("reduction_factor", 3), "search.asha.reduction_factor", {"gt": 1}))
+    startup = raw.get("startup", "sobol")
+    if startup not in STARTUPS:
+        raise SpecError("search.startup", f"got {startup!r}; allowed: {', '.join(STARTUPS)}")
+    if "startup" in raw and sampler != "tpe":
+        raise SpecError("search.startup", f"has no effect with sampler: {sampler}; it sets how sampler: tpe starts")
+    asha = _parse_asha(raw.get("asha"))
     storage = raw.get("storage")
     if storage is not None and (not isinstance(storage, str) or not storage):
         raise SpecError("search.storage", f"expected a journal file path or an RDB URL, got {storage!r}")
@@ -220,7 +242,8 @@ def parse_search(spec: Spec) -> SearchConfig:
                                                     "one budget and threshold")
 
     cfg = SearchConfig(space=space, n_trials=n_trials, max_concurrent=max_concurrent, seed=seed,
-                       objective=objective, penalty=penalty, sampler=sampler, asha=asha, storage=storage, study=study,
+                       objective=objective, penalty=penalty, sampler=sampler, startup=startup, asha=asha,
+                       storage=storage, study=study,
                        enqueue=_enqueued(spec, raw.get("enqueue"), space),
                        confirm=parse_confirm(raw.get("confirm"), spec.seeds))
     for key, dist in space.items():  # each searched field must be a real field; every end/choice must parse

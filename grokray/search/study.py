@@ -9,11 +9,20 @@ import warnings
 from pathlib import Path
 
 import optuna
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from ..errors import SpecError
 from ..spec import Spec
+from ..tracking.schema import (
+    CONFIRM_PENDING,
+    CONFIRM_TAG,
+    PHASE_TAG,
+    SEARCH_OBJECTIVE_TAG,
+    SEARCH_SAMPLER_TAG,
+    SEARCH_STORAGE_TAG,
+    SEARCH_STUDY_TAG,
+    TRIAL_KEY_TAG,
+)
 from .config import SearchConfig, trial_config
 from .objective import GENERALIZED, SEED_ATTRS, seed_vote
 
@@ -58,18 +67,6 @@ def link_trial_runs(study, runs_by_key: dict[str, str]) -> int:
     return linked
 
 
-def distributions(cfg: SearchConfig) -> dict:
-    out = {}
-    for key, d in cfg.space.items():
-        if d.kind == "float":
-            out[key] = FloatDistribution(d.low, d.high, log=d.log)
-        elif d.kind == "int":
-            out[key] = IntDistribution(d.low, d.high, log=d.log)
-        else:
-            out[key] = CategoricalDistribution(list(d.choices))
-    return out
-
-
 def journal_path(cfg: SearchConfig, results_dir: str) -> str | None:
     """The journal file (None for an RDB URL): search.storage, else <results>/<study>.optuna.journal.
     `results_dir`: the launch's resolved Ray Tune results directory."""
@@ -104,17 +101,6 @@ def storage_at(label: str):
     from optuna.storages.journal import JournalFileBackend
 
     return JournalStorage(JournalFileBackend(label))
-
-
-def make_sampler(cfg: SearchConfig, offset: int = 0):
-    """Seeded TPE (constant_liar while trials run concurrently) or random. `offset` (the trials already in a
-    resumed study) shifts the seed, so a resumed random sampler does not replay the points it drew before."""
-    seed = cfg.seed + offset
-    if cfg.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    startup = min(10, max(3, cfg.n_trials // 4))  # Optuna's 10 random trials would be most of a small budget
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=cfg.max_concurrent > 1,
-                                      multivariate=True)
 
 
 def directions(cfg: SearchConfig) -> list[str]:
@@ -235,3 +221,37 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
     if [d.name.lower() for d in study.directions] != directions(cfg):
         raise SpecError("search.objective", f"study {cfg.study!r} has {len(study.directions)} objectives")
     return study
+
+
+def attach_launch(study, parent_run_id: str, launch_key: str, tracking_uri: str) -> None:
+    """Record on the study the launch that trains it: its parent run ("" while the server is away), the key the
+    parent is found by until then, and the store."""
+    study.set_user_attr(PARENT_RUN_ATTR, parent_run_id)
+    study.set_user_attr(LAUNCH_ATTR, launch_key)
+    study.set_user_attr(TRACKING_URI_ATTR, tracking_uri)
+
+
+def launch_of(study) -> tuple[str, str]:
+    """(parent run id, launch key) of the study's last launch; "" where it recorded none."""
+    return study.user_attrs.get(PARENT_RUN_ATTR, "") or "", study.user_attrs.get(LAUNCH_ATTR, "") or ""
+
+
+def finished_runs(children, threshold: float) -> dict[str, dict]:
+    """Configuration key -> what search.objective.seed_vote needs of every child run that ended with a phase tag."""
+    out = {}
+    for run in children:
+        tags, metrics = run.tags, run.metrics
+        if run.status != "FINISHED" or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
+            continue
+        steps = [metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]
+        out[tags[TRIAL_KEY_TAG]] = {"seed": run.params.get("seed", ""), "phase": tags[PHASE_TAG],
+                                    "step_train": None if steps[0] is None else int(steps[0]),
+                                    "step_val": None if steps[1] is None else int(steps[1]),
+                                    "threshold": threshold, "ideal": metrics.get("ideal_val_acc")}
+    return out
+
+
+def parent_tags(cfg: SearchConfig, label: str) -> dict:
+    return {**({CONFIRM_TAG: CONFIRM_PENDING} if cfg.confirm else {}), SEARCH_STUDY_TAG: cfg.study,
+            SEARCH_OBJECTIVE_TAG: cfg.objective, SEARCH_SAMPLER_TAG: cfg.sampler,
+            SEARCH_STORAGE_TAG: label if "://" not in label else label.split("://")[0] + "://"}

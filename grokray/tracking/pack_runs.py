@@ -43,6 +43,7 @@ from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATION,
     COUNTED_TAG,
+    ENDED_TAG,
     LOG_AXES_TAG,
     MODEL_TAG,
     NODE_TAG,
@@ -308,8 +309,9 @@ class PackTracker:
                 metrics += [[k, float(v), now, int(result.steps_run)] for k, v in summary.items()
                             if v is not None and math.isfinite(float(v))]
                 counted = counted_phase(result.phase, result.ideal_val_acc, thresholds[i])  # undecodable: said
-                tags = {**tags, PHASE_TAG: result.phase, **({COUNTED_TAG: counted} if counted != result.phase else {})}
                 terminate, end_ms = "FINISHED", int(ended[i] * 1000)
+                tags = {**tags, PHASE_TAG: result.phase, ENDED_TAG: str(end_ms),
+                        **({COUNTED_TAG: counted} if counted != result.phase else {})}
                 run.finished = True
             if metrics or tags or run.pending_params or terminate:
                 batches.append(Batch(run.run_id, metrics, clean(run.pending_params), clean(tags), terminate,

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -45,7 +45,7 @@ from .delivery import (
     replay_dir,
     resolve_parent,
 )
-from .records import RunRecord, record_line
+from .records import RunRecord, ended_by_close, record_line
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
@@ -313,8 +313,7 @@ class ParentRun:
                     for run in page:
                         rec = record(run)
                         if run.info.status == "RUNNING":
-                            rec = replace(rec, status="FINISHED" if PHASE_TAG in run.data.tags else "KILLED",
-                                          end_ms=now_ms())
+                            rec = ended_by_close(rec, now_ms())
                             retry(self.client.set_terminated, rec.run_id, rec.status, rec.end_ms)
                         out.write(record_line(rec))
                         if on_record is not None:

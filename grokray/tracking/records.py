@@ -6,8 +6,10 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from .schema import ENDED_TAG, PARENT_ID_TAG, PHASE_TAG
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,11 @@ class RunRecord:
     tags: dict[str, str]
     metrics: dict[str, float]
 
+    @property
+    def parent_id(self) -> str | None:
+        """The launch (parent run) this run is a configuration of; None for a parent or a run of another tool."""
+        return self.tags.get(PARENT_ID_TAG)
+
 
 @dataclass(frozen=True)
 class Point:
@@ -32,6 +39,15 @@ class Point:
     step: int
     value: float
     timestamp_ms: int
+
+
+def ended_by_close(r: RunRecord, now_ms: int) -> RunRecord:
+    """A child a stop left RUNNING, as the launch's close ends it: FINISHED at its own stop time if its phase
+    came (a kill between its tags and its end; the phase travels with ENDED_TAG), else KILLED now."""
+    if PHASE_TAG not in r.tags:
+        return replace(r, status="KILLED", end_ms=now_ms)
+    ended = r.tags.get(ENDED_TAG, "")
+    return replace(r, status="FINISHED", end_ms=int(ended) if ended.isdigit() else now_ms)
 
 
 def record_line(r: RunRecord) -> str:

@@ -62,6 +62,7 @@ ATLAS_USE_TAG = "grokray.atlas.estimate_budget_use"  # where the piece's estimat
 
 # -- child runs (one per configuration) --------------------------------------------------------------------------
 PHASE_TAG = "grokray.phase"  # set last, with the summaries: a child with it is finished
+ENDED_TAG = "grokray.ended_ms"  # with the phase: when the member stopped, so whoever ends its run ends it then
 COUNTED_TAG = "grokray.counted_as"  # on a child whose phase counts as another (an undecodable split): what it counts as
 TRIAL_KEY_TAG = "grokray.trial_key"  # the configuration's content hash: how a retried pack finds its run
 PACK_ID_TAG = "grokray.pack_id"
@@ -71,7 +72,6 @@ NODE_TAG = "grokray.node"
 STARTS_TAG = "grokray.starts"  # how many times the configuration was trained from step 0 (1 unless a retry lost it all)
 RESUMES_TAG = "grokray.resumes"  # how many times a worker continued this run from a checkpoint (a retry, --resume)
 
-CURVE_METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
 STEPS_RUN_METRIC = "steps_run"
 
 
@@ -83,6 +83,16 @@ def parent_filter(spec_hash: str, kind: str | None = None) -> str:
     """The search_runs filter for the parent runs of one spec (of one driver's kind, if given)."""
     query = f"tags.`{ROLE_TAG}` = '{PARENT}' and tags.`{SPEC_HASH_TAG}` = '{spec_hash}'"
     return query + (f" and tags.`{KIND_TAG}` = '{kind}'" if kind else "")
+
+
+def tags_filter(tags: dict[str, str]) -> str:
+    """The search_runs filter for runs that carry each tag with its value."""
+    return " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+
+
+def parents_filter(tags: dict[str, str] | None = None) -> str:
+    """The search_runs filter for launches' parent runs (that carry each of `tags`, if given)."""
+    return " and ".join([f"tags.`{ROLE_TAG}` = '{PARENT}'", *([tags_filter(tags)] if tags else [])])
 
 
 def children_filter(parent_run_id: str) -> str:

@@ -280,3 +280,13 @@ def test_a_slow_pack_cuts_its_chunks_to_report_every_interval():
     # a search reports every chunk: a fast trial's chunks stay checkpoint_every, a slow one's last about 30 s
     assert next_chunk(FIRST_CHUNK, 0.01, 300, 0.0) == next_chunk(300, 1.0, 300, 0.0) == 300
     assert next_chunk(300, 300.0, 300, 0.0) == 30
+
+
+def test_a_short_pack_reports_more_often_so_the_progress_count_moves():
+    """Issue 52: the demo's count held 17/80 for a minute of 2.7, the 30 s interval of packs that train 2.7
+    minutes. With the default interval a pack reports about 20 times over its life, 5 s apart at the closest."""
+    from grokray.run.trainable import fitted_report_s
+
+    assert fitted_report_s(30.0, 160.0) == 8.0  # the demo's packs
+    assert fitted_report_s(30.0, 20.0) == 5.0  # never closer than 5 s
+    assert fitted_report_s(30.0, 3600.0) == 30.0  # a long pack keeps the cap

@@ -57,8 +57,7 @@ def state_metrics(state: dict, model: str | None, task: str | None = None, p: in
             row["rqi"] = rqi(emb, delta=delta, modulus=p if modular else None)
         result = pca(emb)
         row["pca_entropy"] = result.entropy + 0.0  # no -0.0 for a one-dimensional embedding
-        row["pca_top_ratio"] = float(result.explained_variance_ratio[0]) if len(result.explained_variance_ratio) \
-            else math.nan
+        row["pca_top_ratio"] = float(result.explained_variance_ratio[0])  # an embedding has at least one component
         if modular and emb.shape[0] >= p:
             spec = fourier_spectrum(emb, p)
             row["fourier_top_frequency"] = float(spec.top_frequency)

@@ -14,16 +14,17 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .errors import AnalysisError
 from .load import open_store
 
 SETUP = {"phases.budget": "budget", "train.steps": "train.steps", "phases.threshold": "threshold"}
 
 
-class MixedLaunches(ValueError):
-    """A comparison or a pool of launches trained under different setups; `differences` says how."""
+class MixedLaunches(AnalysisError):
+    """A comparison or a pool (`part`) of launches trained under different setups; `differences` says how."""
 
-    def __init__(self, what: str, differences: list[str]):
-        super().__init__(f"{what} mixes launches trained differently: {'; '.join(differences)}")
+    def __init__(self, part: str, what: str, differences: list[str]):
+        super().__init__(part, f"{what} mixes launches trained differently: {'; '.join(differences)}")
         self.differences = differences
 
 

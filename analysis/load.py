@@ -3,7 +3,7 @@ the functions that read one, so `import analysis` stays light, and the pure `run
 from any source.
 
 Layout read (grokray/tracking): one experiment per spec name; a parent run per `grokray run`; one child run
-(tag mlflow.parentRunId) per configuration with params = flattened dotted keys of the trial config (strings),
+(MLflow's nesting tag) per configuration with params = flattened dotted keys of the trial config (strings),
 tags grokray.phase / model / task / trial_key / pack_id / swept / log_axes, step series train/acc, val/acc,
 train/loss, val/loss, weight_norm, and summary metrics step_train_acc_<thr>, step_val_acc_<thr>, grokking_gap,
 final/..., steps_run.
@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from grokray.contracts import CURVE_METRICS
 from grokray.tracking.records import RunRecord
 from grokray.tracking.schema import (
     CODE_VERSION_TAG,
@@ -28,6 +29,7 @@ from grokray.tracking.schema import (
     MODEL_TAG,
     PACK_ID_TAG,
     PARENT,
+    PARENT_ID_TAG,
     PHASE_COUNT_TAG,
     PHASE_TAG,
     ROLE_TAG,
@@ -41,9 +43,9 @@ from grokray.tracking.uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 __all__ = ["DEFAULT_TRACKING_URI", "SERIES", "load_curves", "load_runs", "parent_runs", "runs_to_frame"]
 
-SERIES = ("train/acc", "val/acc", "train/loss", "val/loss", "weight_norm")  # step series: not summary columns
+SERIES = CURVE_METRICS  # step series: not summary columns
 _TAG_COLUMNS = {
-    "mlflow.parentRunId": "parent_run_id",
+    PARENT_ID_TAG: "parent_run_id",
     PHASE_TAG: "phase",
     MODEL_TAG: "model",
     TASK_TAG: "task",
@@ -125,7 +127,7 @@ def runs_to_frame(runs: Iterable[RunRecord], narrow: bool = False, keep: Iterabl
 
     narrow: only what a phase diagram reads (the swept axes, DIAGRAM_PARAMS, the phase and crossings, the model;
     no run_id, name, status or start time), with repeated strings shared, so that a launch's close holds about
-    0.2 KB per run, not every param and metric. keep: params a narrow frame keeps too (a user's --x and --y).
+    0.2 KB per run, not every param and metric. keep: params a narrow frame keeps too (the diagram's axes a user named).
 
     Columns: run_id, parent_run_id, run_name, the params by dotted key (swept axes first; numeric where possible),
     phase, step_train, step_val (crossing steps at the threshold; 0.9 when several), gap, steps_run, final/...,
@@ -156,7 +158,7 @@ class FrameBuilder:
         shared = sys.intern if narrow else str
         tags, metrics = r.tags, r.metrics
         row = {} if narrow else {"run_id": r.run_id, "status": r.status, "start_time": r.start_ms,
-                                 "run_name": r.name or tags.get("mlflow.runName")}
+                                 "run_name": r.name}
         for tag, col in _TAG_COLUMNS.items():
             if not narrow or col in ("phase", "model", "task", "parent_run_id", "trial_key"):  # key: a pool dedupes
                 row[col] = None if tags.get(tag) is None else shared(tags[tag])
@@ -259,15 +261,15 @@ def _children_of_launches(store, exp_id: str, latest_parent: bool) -> Iterable[R
     """Every child run of the experiment (of its latest parent only, with latest_parent). Where grokray's launches
     closed with a runs table, those are read instead of paging through every run; runs of parents without one
     (a launch still running, killed, or made before the tables) are read from the store."""
-    parents = store.runs([exp_id], f"tags.`{ROLE_TAG}` = '{PARENT}'")
+    parents = store.parents([exp_id])
     if not any(RUNS_SUMMARY_TAG in p.tags for p in parents):
         everything = store.runs([exp_id])
-        runs = [r for r in everything if "mlflow.parentRunId" in r.tags]
+        runs = [r for r in everything if r.parent_id]
         if latest_parent and runs:
-            ids = {r.tags["mlflow.parentRunId"] for r in runs}
+            ids = {r.parent_id for r in runs}
             start = {r.run_id: r.start_ms or 0 for r in everything if r.run_id in ids}
             latest = max(ids, key=lambda p: start.get(p, 0))
-            runs = [r for r in runs if r.tags["mlflow.parentRunId"] == latest]
+            runs = [r for r in runs if r.parent_id == latest]
         return runs
     parents.sort(key=lambda p: p.start_ms or 0, reverse=True)
     if latest_parent:  # the latest launch that made runs, streamed: 10^5 records are ~1 GB held at once
@@ -286,7 +288,7 @@ def parent_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFram
     phase_count.<phase> column per phase (from the parent's tags), newest first."""
     store = open_store(tracking_uri)
     everything = store.runs([_experiment_id(store, experiment)])
-    parents = {r.tags["mlflow.parentRunId"] for r in everything if "mlflow.parentRunId" in r.tags}
+    parents = {r.parent_id for r in everything if r.parent_id}
     rows = []
     for r in everything:
         if r.run_id not in parents and r.tags.get(ROLE_TAG) != PARENT:

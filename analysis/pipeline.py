@@ -18,6 +18,7 @@ from grokray.tracking.schema import ANALYSIS_DIR
 from . import plots
 from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
+from .errors import AXES, COMPARISON, POOL, SOURCE, AnalysisError, X, Y
 from .labels import runs_subtitle, step_unit
 from .launches import LaunchRead, MixedLaunches, counted_once, differences, launches_read, pool_differences
 from .launches import launch_label as label_of
@@ -49,9 +50,9 @@ def default_axes(df: pd.DataFrame, x: str | None = None, y: str | None = None) -
     """x and y for the diagram: the given ones, else the swept axes in spec order (varying ones first; the seed
     only when nothing else is left). Raises ValueError naming the axes there are."""
     swept = [a for a in df.attrs.get("swept") or df.attrs.get("params") or [] if a in df]
-    for name, axis in (("--x", x), ("--y", y)):
+    for part, axis in ((X, x), (Y, y)):
         if axis is not None and axis not in df:
-            raise ValueError(f"{name}: {axis!r} is not a parameter of these runs; swept axes: {swept}")
+            raise AnalysisError(part, f"{axis!r} is not a parameter of these runs; swept axes: {swept}")
     swept = [a for a in swept if df[a].notna().any()]  # a parameter no run set (None) is no axis
     cands = [a for a in swept if a != "seed" and df[a].nunique(dropna=False) > 1]
     cands += [a for a in swept if a != "seed" and a not in cands]
@@ -61,7 +62,7 @@ def default_axes(df: pd.DataFrame, x: str | None = None, y: str | None = None) -
     x = x or (cands.pop(0) if cands else None)
     y = y or (cands.pop(0) if cands else None)
     if x is None or y is None or x == y:
-        raise ValueError(f"need two different axes for a phase diagram; swept axes: {swept}; give --x and --y")
+        raise AnalysisError(AXES, f"need two different axes for a phase diagram; swept axes: {swept}; name x and y")
     return x, y
 
 
@@ -191,13 +192,13 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents, narrow=narrow,
                        keep=axes)
     else:
-        raise ValueError("give an experiment or a parent run id")
+        raise AnalysisError(SOURCE, "give an experiment or a parent run id")
     if df.empty or df["phase"].notna().sum() == 0:
-        raise ValueError(f"no finished configurations in {parent_run_id or experiment!r} (no grokray.phase tags)")
+        raise AnalysisError(SOURCE, f"no finished configurations in {parent_run_id or experiment!r} (no phase tags)")
     read = launches_read(df, tracking_uri) if runs is None else []
     told: list[str] = []
-    if len(read) > 1:  # a pool (--all-parents): one setup, each configuration once
-        told += _allowed(MixedLaunches("the pool of every launch", pool_differences(read)), mixed)
+    if len(read) > 1:  # a pool (all_parents): one setup, each configuration once
+        told += _allowed(MixedLaunches(POOL, "the pool of every launch", pool_differences(read)), mixed)
         df = counted_once(df)
     x, y = default_axes(df, x, y)
     name = title or experiment or launch_label(parent_run_id, tracking_uri)
@@ -223,22 +224,15 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         other = _load(compare_to, tracking_uri)
         other_label = _label(compare_to, tracking_uri)
         other_read = launches_read(other, tracking_uri)
-        told += _allowed(MixedLaunches(f"the comparison with {other_label}", differences(read, other_read)), mixed)
+        told += _allowed(MixedLaunches(COMPARISON, f"the comparison with {other_label}",
+                                       differences(read, other_read)), mixed)
         comparison = compare(df, other, x, y)
-        files += plots.save_figure(plot_comparison(comparison, labels=(name, other_label)), out / "comparison")
-        comparison.transitions.to_csv(out / "transitions.csv", index=False)
-        comparison.changed.to_csv(out / "changed_cells.csv", index=False)
-        files += [out / "transitions.csv", out / "changed_cells.csv"]
+        files += _comparison_files(comparison, (name, other_label), out)
 
     reps = None
     if representations:
-
-        states = load_states(df["run_id"], tracking_uri)
-        reps = representation_metrics(df, tracking_uri, states=states)
-        if not reps.empty:
-            reps.to_csv(out / "representations.csv", index=False)
-            files.append(out / "representations.csv")
-            files += _state_figures(df, states, out, max_figures)
+        reps, more = _representation_files(df, tracking_uri, out, max_figures)
+        files += more
 
     parent = parent_run_id
     if parent is None:
@@ -251,6 +245,24 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
             store.log_artifact(parent, f, ARTIFACT_DIR)
     return Analysis(df, grid, counts, parent if log else None, files, comparison, other_label, reps, read,
                     other_read, told)
+
+
+def _comparison_files(comparison: Comparison, labels: tuple[str, str], out: Path) -> list[Path]:
+    """comparison.{png,svg}, transitions.csv and changed_cells.csv."""
+    files = plots.save_figure(plot_comparison(comparison, labels=labels), out / "comparison")
+    comparison.transitions.to_csv(out / "transitions.csv", index=False)
+    comparison.changed.to_csv(out / "changed_cells.csv", index=False)
+    return [*files, out / "transitions.csv", out / "changed_cells.csv"]
+
+
+def _representation_files(df: pd.DataFrame, tracking_uri, out: Path, max_figures: int):
+    """(representation metrics, files): representations.csv and the state figures of runs that saved one."""
+    states = load_states(df["run_id"], tracking_uri)
+    reps = representation_metrics(df, tracking_uri, states=states)
+    if reps.empty:
+        return reps, []
+    reps.to_csv(out / "representations.csv", index=False)
+    return reps, [out / "representations.csv", *_state_figures(df, states, out, max_figures)]
 
 
 def _allowed(problem: MixedLaunches, mixed: bool) -> list[str]:

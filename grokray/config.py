@@ -227,25 +227,22 @@ class OptimConfig:
             if not 0.0 <= b < 1.0:
                 raise SpecError(f"{path}.betas[{i}]", f"got {b!r}; must be >= 0 and < 1")
 
-    def check_idle(self, given, block, group: str) -> None:
+    def check_idle(self, given, block, group: str, kinds_reading: dict[str, list[str]]) -> None:
         """A SpecError for a field the spec sets (`given`: the keys it wrote for optim.<group>, from the group's
         `block` or from optim.default) that this configuration never reads (a method's knob without the method):
-        it would train the same curve as without it."""
-        readers = {"momentum": self.name in ("sgd", "muon"), "temperature": self.name == "langevin",
-                   "muon_on": self.name == "muon", "filter_lambda": self.grad_filter != "none",
-                   "filter_alpha": self.grad_filter == "ema", "filter_window": self.grad_filter == "ma",
-                   "warmup_from_zero": self.warmup_steps > 0}
-        for key, read in readers.items():
+        it would train the same curve as without it. `kinds_reading`: each optimizer kind's own fields -> the
+        kinds that read it (optim.kinds.fields_read_by_kind)."""
+        readers = {key: (self.name in kinds, "name: " + " or ".join(kinds)) for key, kinds in kinds_reading.items()}
+        readers |= {"filter_lambda": (self.grad_filter != "none", "grad_filter: ema or ma"),
+                    "filter_alpha": (self.grad_filter == "ema", "grad_filter: ema"),
+                    "filter_window": (self.grad_filter == "ma", "grad_filter: ma"),
+                    "warmup_from_zero": (self.warmup_steps > 0, "warmup_steps > 0")}
+        for key, (read, needs) in readers.items():
             if key in given and not read:
                 context = f"grad_filter {self.grad_filter!r}" if key.startswith("filter_") else \
                     f"optimizer {self.name!r}"
                 raise SpecError(f"optim.{group if key in block else 'default'}.{key}", f"set with {context}, where "
-                                f"it does nothing; it needs {IDLE_FIELD_NEEDS[key]}")
-
-
-IDLE_FIELD_NEEDS = {"momentum": "name: sgd or muon", "temperature": "name: langevin", "muon_on": "name: muon",
-                    "filter_lambda": "grad_filter: ema or ma", "filter_alpha": "grad_filter: ema",
-                    "filter_window": "grad_filter: ma", "warmup_from_zero": "warmup_steps > 0"}
+                                f"it does nothing; it needs {needs}")
 
 
 @dataclass

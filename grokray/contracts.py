@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+# The curves every trainer records, one point per evaluation: the names MLflow stores and analysis reads.
+CURVE_METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
+
 
 @runtime_checkable
 class Family(Protocol):

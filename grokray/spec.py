@@ -21,6 +21,7 @@ import yaml
 from .config import OptimConfig, PhaseConfig, TrainConfig, bounded, coerce, parse_dataclass, to_dict, unknown_key_error
 from .errors import Mistakes, SpecError
 from .models import MODELS
+from .optim.kinds import fields_read_by_kind
 from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
 from .spec_file import read_yaml
 from .spec_keys import (
@@ -199,7 +200,7 @@ def _parse_optim(optim_raw, groups: tuple[str, ...] | None, written: bool = True
             merged = {**(shared if isinstance(shared, dict) else {}), **block}
             optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
             if written:
-                optim[g].check_idle(merged, block, g)
+                optim[g].check_idle(merged, block, g, fields_read_by_kind())
     mistakes.raise_any()
     return optim
 

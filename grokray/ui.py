@@ -18,7 +18,6 @@ from pathlib import Path
 from .errors import SpecError
 from .tracking.client import existing_store
 from .tracking.local_servers import MlflowServer
-from .tracking.schema import PARENT, ROLE_TAG
 from .tracking.store import Store
 
 WHAT_TO_CLICK = """In the runs table: the parent run (the sweep) holds one child run per configuration; expand it
@@ -42,7 +41,7 @@ def experiment_page(uri: str, experiment: str | None) -> tuple[str, str]:
             raise SpecError("--experiment", f"no experiment {experiment!r} in {uri}; there are: "
                                             f"{', '.join(exps.values())}")
         return exp_id, experiment
-    latest = store.latest(list(exps), f"tags.`{ROLE_TAG}` = '{PARENT}'")
+    latest = store.latest_parent(list(exps))
     if latest is None:
         return "", ""
     return latest.experiment_id, exps[latest.experiment_id]
@@ -71,11 +70,11 @@ def serve_mlflow(uri: str | None, host: str, port: int, experiment: str | None) 
         server = MlflowServer(root, backend=resolved, host=host, port=port)
         server.start()
         try:
-            page = f"{server.url}/#/experiments/{exp_id}/runs" if exp_id else server.url
+            page = server.experiment_page(exp_id)
             print(f"MLflow UI on {resolved}: {page}" + (f"   (experiment {name!r})" if name else ""), flush=True)
             print(WHAT_TO_CLICK, flush=True)
             print("Ctrl-C stops it.", flush=True)
-            _wait(server.proc)
+            _wait(server.proc)  # the server's process: Ctrl-C, SIGTERM or its own exit ends the wait
         finally:
             server.stop()
     return 0

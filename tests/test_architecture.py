@@ -2,6 +2,7 @@
 where Ray is started and Tuners are built, where parent runs are created, and that files stay small."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,9 @@ RANKS = {
     "grokray.engine": 6,
     "grokray.tracking": 3,  # the ground floor of the driver side: only errors, config and the phase rules below it
     "grokray.plan": 7, "grokray.search": 8, "analysis": 8, "grokray.run": 9, "grokray.atlas": 10,
-    "grokray.terminal": 10, "grokray.ui": 10, "grokray.supervisor": 10, "grokray.cli": 11, "grokray": 11,
-    "grokray.__main__": 12,
+    "grokray.terminal": 10, "grokray.ui": 10, "grokray.supervisor": 10, "grokray.cli_parser": 11, "grokray.cli": 12,
+    "grokray": 12,
+    "grokray.__main__": 13,
 }
 CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.config", "grokray.registry",
         "grokray.capture", "grokray.spec_file", "grokray.overrides", "grokray.phases",
@@ -31,7 +33,7 @@ PURE = (*CORE, "grokray.plan", "grokray.tracking.schema")  # no Ray, MLflow or O
 LAZY_ALLOWED = {
     "grokray.cli": "each command imports only what it runs: `grokray train` never loads Ray or MLflow, and "
                    "`--help` answers at once",
-    "grokray.run.replay": "Ray and Optuna load only for a search's spool, which links its trials after the replay",
+    "grokray.run.replay": "Optuna loads only for a search's spool, which links its trials after the replay",
     "grokray.run.report": "the closing figures load matplotlib when a launch ends, not before its first trial",
     "analysis.load": "`import analysis` stays light: the store (and MLflow under it) loads when runs are read",
     "grokray.tracking.history": "MLflow (through tracking.client) loads only when a store is there to measure: a "
@@ -206,7 +208,7 @@ ADAPTERS = {
     ("grokray/optim/primitives.py", "_fused_adam_"), ("grokray/optim/primitives.py", "_fused_adamw_"),
     ("grokray/search/study.py", "_storage"), ("grokray/search/study.py", "_trial_id"),
     ("grokray/run/launch.py", "_local_tuner"), ("grokray/capture.py", "_dynamo"),
-    ("tests/test_sweep_resume.py", "_local_tuner"), ("tests/test_capture.py", "_dynamo"),  # the adapters' tests
+    ("tests/test_run_resume.py", "_local_tuner"), ("tests/test_capture.py", "_dynamo"),  # the adapters' tests
 }
 CHECKED = sorted({*SOURCES, *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")})
 
@@ -290,3 +292,82 @@ def test_importing_analysis_loads_no_mlflow():
     code = "import sys, analysis; print(any(m.split('.')[0] == 'mlflow' for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- seams: what one package alone may know (issue 54) --------------------------------------------------------------
+MLFLOW_FILTER = re.compile(r"\b(tags|attributes|params|metrics)\.(`|\w+\s*(=|!=|<|>|LIKE\b|ILIKE\b|IN\b|DESC\b|ASC\b))")
+MLFLOW_TAG = re.compile(r"\bmlflow\.([a-z]+[A-Z]\w*|user\b|source\.|note\.)")  # mlflow.parentRunId, mlflow.runName
+CLI_FLAG = re.compile(r"(^|[\s(`'\"])--[a-z][a-z-]*")
+
+
+def literals(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every string literal but docstrings; an f-string's text with {} for its fields."""
+    tree = ast.parse(source)
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.JoinedStr):
+            out.append((n.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in n.values)))
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+            out.append((n.lineno, n.value))
+    return out
+
+
+def mlflow_syntax(source: str) -> list[str]:
+    """MLflow's query language or its own tags, spelled out: tracking/'s to know."""
+    return [f"{line}: {text!r}" for line, text in literals(source) if MLFLOW_FILTER.search(text)
+            or MLFLOW_TAG.search(text)]
+
+
+def cli_flags(source: str) -> list[str]:
+    """A command-line flag named in text: the CLI's to know (analysis raises typed errors it maps)."""
+    return [f"{line}: {text!r}" for line, text in literals(source) if CLI_FLAG.search(text)]
+
+
+def optimizer_kind_branches(source: str) -> list[str]:
+    """A comparison with an optimizer kind's name (`kind == "muon"`, `name in ("sgd", "muon")`): what the kind
+    declares in optim/kinds/ instead."""
+    from grokray.optim.kinds import KINDS
+
+    def names(node) -> set:
+        items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return {e.value for e in items if isinstance(e, ast.Constant) and e.value in KINDS}
+
+    return [f"{n.lineno}: {sorted(found)}" for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Compare)
+            and (found := set().union(*(names(x) for x in [n.left, *n.comparators])))]
+
+
+def _outside(*folders: str) -> list[Path]:
+    return [p for p in SOURCES if not any(p.relative_to(ROOT).as_posix().startswith(f) for f in folders)]
+
+
+@pytest.mark.parametrize(("check", "planted"), [
+    (mlflow_syntax, 'parents = store.runs([e], f"tags.`{ROLE_TAG}` = \'{PARENT}\'")\n'),
+    (mlflow_syntax, 'found = store.latest(ids, "attributes.start_time DESC")\n'),
+    (mlflow_syntax, 'runs = [r for r in everything if "mlflow.parentRunId" in r.tags]\n'),
+    (cli_flags, 'raise ValueError(f"--x: {axis!r} is not a parameter")\n'),
+    (optimizer_kind_branches, 'if self.kind == "muon":\n    pass\n'),
+    (optimizer_kind_branches, 'moments = name in ("adam", "adamw")\n'),
+])
+def test_each_seam_check_finds_its_planted_case(check, planted):
+    assert check(planted), planted
+
+
+def test_mlflow_syntax_stays_in_tracking():
+    bad = {str(p.relative_to(ROOT)): found for p in _outside("grokray/tracking/") if (found := mlflow_syntax(
+        p.read_text()))}
+    assert not bad, bad
+
+
+def test_analysis_names_no_cli_flag():
+    bad = {str(p.relative_to(ROOT)): found for p in SOURCES if p.relative_to(ROOT).parts[0] == "analysis"
+           and (found := cli_flags(p.read_text()))}
+    assert not bad, bad
+
+
+def test_optimizer_kinds_are_branched_on_only_in_their_registry():
+    bad = {str(p.relative_to(ROOT)): found for p in _outside("grokray/optim/kinds/") if (found :=
+           optimizer_kind_branches(p.read_text()))}
+    assert not bad, bad

@@ -265,7 +265,7 @@ def test_a_library_spec_on_a_new_store_takes_its_budget_use_from_its_atlas_page(
     this very configuration set (its spec hash) stands in for the store's history; any other spec keeps the prior."""
     import csv
 
-    from grokray.run.dry_run import estimate
+    from grokray.plan.dry_run import estimate
     from grokray.tracking.history import atlas_budget_use, share_and_mean
 
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml")

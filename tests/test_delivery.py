@@ -1,6 +1,6 @@
 """The tracking courier: spool while MLflow is away, retry with backoff, deliver in order, replay idempotently.
 Fast (fake client and clock, or a SQLite store): part of `make test`. The live outage is in
-test_reliability_outage.py."""
+tests/test_reliability.py and tests/test_reliability_drivers.py (`make reliability`)."""
 
 import json
 

@@ -44,6 +44,47 @@ def replayed_dir(err: str) -> str:
     return line.split(" replay ", 1)[1].split(" --tracking-uri")[0]  # `grokray`, or the path that runs it
 
 
+class Outage:
+    """The tracking server stops, from a thread beside the launch, once `ready()` holds (waited for as `what`),
+    and starts again `seconds` later (None: it stays down, for the test to start). `ended`: it came back."""
+
+    def __init__(self, server, ready, what: str, seconds: float | None = None):
+        self.server, self.ready, self.what, self.seconds = server, ready, what, seconds
+        self.start = self.end = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        wait_for(self.ready, 240, self.what, every=1.0)
+        self.start = time.time()
+        self.server.stop()
+        if self.seconds is not None:
+            time.sleep(self.seconds)
+            self.server.start()
+            self.end = time.time()
+
+    @property
+    def ended(self) -> bool:
+        return self.end is not None
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.thread.join(timeout=120)
+
+
+def replay_what_was_left(main, code: int, err: str, server) -> str:
+    """A launch that ended with the server down: exit 3 and a replay line naming its spool; with the server back,
+    the printed replay delivers it. Returns the spool's directory."""
+    assert code == 3, err
+    spool_dir = replayed_dir(err)
+    assert Path(spool_dir).is_dir(), err
+    server.start()  # back on the same port and database
+    assert main(["replay", spool_dir, "--tracking-uri", server.url]) == 0
+    return spool_dir
+
+
 def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -117,8 +158,6 @@ def test_tracking_outage_of_30s_is_buffered_and_delivered(local_ray, tmp_path, s
     from grokray.run.grid import run_sweep
 
     spec = load_spec(QUICKSTART, [*LONG, "train.steps=6000", "phases.budget=6000"], scale="smoke")
-    outage = {}
-
     n_configs = len(spec.trials())
 
     def curves_from_every_pack():
@@ -127,19 +166,9 @@ def test_tracking_outage_of_30s_is_buffered_and_delivered(local_ray, tmp_path, s
         runs = children(server.url)
         return len(runs) == n_configs and any(r.data.metrics for r in runs)
 
-    def break_it():
-        wait_for(curves_from_every_pack, 240, "first curves", every=1.0)
-        outage["start"] = time.time()
-        server.stop()
-        time.sleep(30)
-        server.start()
-        outage["end"] = time.time()
-
-    killer = threading.Thread(target=break_it, daemon=True)
-    killer.start()
-    summary = run_sweep(spec, sweep_options(tmp_path, server.url, max_concurrent=2))
-    killer.join(timeout=120)
-    assert "end" in outage, "the sweep ended before the outage did"
+    with Outage(server, curves_from_every_pack, "first curves", seconds=30) as outage:
+        summary = run_sweep(spec, sweep_options(tmp_path, server.url, max_concurrent=2))
+    assert outage.ended, "the sweep ended before the outage did"
     assert summary.errored_trials == 0
     check_complete(server.url, spec)
     assert summary.undelivered_points == 0 and summary.spooled_points > 0  # held back, then delivered
@@ -151,7 +180,7 @@ def test_tracking_outage_of_30s_is_buffered_and_delivered(local_ray, tmp_path, s
                        for m in summary.trial_metrics]
     other = max(m["trial_s"] - m["train_s"] - m["mlflow_s"] for m in summary.trial_metrics)
     points = sum(len(expected_steps(c)) * 5 for c in spec.trials())
-    report("tracking_outage", outage_s=round(outage["end"] - outage["start"]), spooled_points=summary.spooled_points,
+    report("tracking_outage", outage_s=round(outage.end - outage.start), spooled_points=summary.spooled_points,
            points_lost=0, max_tracking_s=round(held, 1), max_other_non_training_s=round(other, 1),
            configurations=summary.configurations, points_expected=points)
 
@@ -165,20 +194,11 @@ def test_tracking_server_that_never_returns(local_ray, tmp_path, server, capsys)
             "--max-concurrent", "2"]
     spec = load_spec(QUICKSTART, [*LONG, "train.steps=3000", "phases.budget=3000"], scale="smoke")
 
-    def break_it():
-        wait_for(lambda: len(children(server.url)) == len(spec.points()), 240, "all runs created", every=1.0)
-        server.stop()
-
-    killer = threading.Thread(target=break_it, daemon=True)
-    killer.start()
-    code = main(args)
-    killer.join(timeout=60)
+    with Outage(server, lambda: len(children(server.url)) == len(spec.points()), "all runs created"):
+        code = main(args)
     err = capsys.readouterr().err
-    assert code == 3, err
-    spool_dir = replayed_dir(err)
-    assert "metric points" in err and spool_dir in err and Path(spool_dir).is_dir()
-    server.start()  # back on the same port and database: the printed command delivers everything
-    assert main(["replay", spool_dir, "--tracking-uri", server.url]) == 0
+    assert "metric points" in err, err
+    replay_what_was_left(main, code, err, server)  # the printed command delivers everything
     check_complete(server.url, spec)
     parent = MlflowClient(server.url).search_runs(
         [children(server.url)[0].info.experiment_id], filter_string="tags.`grokray.role` = 'parent'")[0]
@@ -441,14 +461,14 @@ def test_load_5000_configurations_through_a_postgres_server(tmp_path):
         import pandas as pd
 
         from analysis.load import load_runs, runs_to_frame
-        from grokray.tracking.schema import RUNS_SUMMARY_TAG, children_filter
+        from grokray.tracking.schema import RUNS_SUMMARY_TAG
         from grokray.tracking.store import Store
 
         store = Store(srv.url)
         exp_id = store.experiment_id(spec.name)
-        [parent] = store.runs([exp_id], "tags.`grokray.role` = 'parent'")
+        [parent] = store.parents([exp_id])
         assert parent.tags[RUNS_SUMMARY_TAG] == str(n) and parent.status == "FINISHED"
-        one_by_one = runs_to_frame(store.runs([exp_id], children_filter(parent.run_id)))
+        one_by_one = runs_to_frame(store.children_of(parent.run_id, exp_id))
         pd.testing.assert_frame_equal(  # the table is in pack order, the search newest first
             load_runs(parent_run_id=parent.run_id, tracking_uri=srv.url).sort_values("run_id", ignore_index=True),
             one_by_one.sort_values("run_id", ignore_index=True), check_exact=True)

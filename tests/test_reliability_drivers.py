@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from mlflow.tracking import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
-from test_reliability import _kill_group, replayed_dir, report, wait_for
+from test_reliability import Outage, _kill_group, children, replay_what_was_left, report, wait_for
 
 from grokray.engine.schedule import record_steps
 from grokray.search.config import parse_search
@@ -53,15 +52,6 @@ SPECS = {
     "adaptive": lambda steps: adaptive_spec(steps),
     "search": lambda steps: load_spec(DEGROK, search_overrides(steps), scale="smoke"),
 }
-
-
-def children(uri: str, experiment: str):
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return []
-    return client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",
-                              max_results=5000)
 
 
 def check_children(uri: str, spec, n: int) -> list:
@@ -113,21 +103,10 @@ def launch(kind: str, spec, uri: str, tmp_path, **kw):
 @pytest.mark.parametrize("kind", ["adaptive", "search"])
 def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, server, kind):
     spec = SPECS[kind](4000)
-    outage = {}
-
-    def break_it():
-        wait_for(lambda: any(r.data.metrics for r in children(server.url, spec.name)), 240, "first curves", 1.0)
-        outage["start"] = time.time()
-        server.stop()
-        time.sleep(30)
-        server.start()
-        outage["end"] = time.time()
-
-    killer = threading.Thread(target=break_it, daemon=True)
-    killer.start()
-    summary = launch(kind, spec, server.url, tmp_path)
-    killer.join(timeout=120)
-    assert "end" in outage, "the launch ended before the outage did"
+    with Outage(server, lambda: any(r.data.metrics for r in children(server.url, spec.name)), "first curves",
+                seconds=30) as outage:
+        summary = launch(kind, spec, server.url, tmp_path)
+    assert outage.ended, "the launch ended before the outage did"
     assert summary.errored_trials == 0 and not summary.interrupted and summary.exit_code == 0
     assert summary.undelivered_points == 0 and summary.spooled_points > 0  # held back, then delivered
     runs = check_children(server.url, spec, summary.configurations)
@@ -137,7 +116,7 @@ def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, 
     assert parent.info.status == "FINISHED" and parent.data.tags["grokray.kind"] == kind
     held = max(m["mlflow_s"] - m.get("delivery_wait_s", 0.0) for m in summary.trial_metrics if "mlflow_s" in m)
     assert held < 20, held  # training went on during the outage
-    report(f"tracking_outage_{kind}", outage_s=round(outage["end"] - outage["start"]),
+    report(f"tracking_outage_{kind}", outage_s=round(outage.end - outage.start),
            spooled_points=summary.spooled_points, points_lost=0, duplicated=0, trials_failed=0,
            configurations=summary.configurations, max_tracking_s=round(held, 1))
 
@@ -165,20 +144,9 @@ def test_a_server_that_does_not_come_back_exits_3_and_replay_delivers_everything
         args = ["search", str(DEGROK), "--scale", "smoke", *sum((["-s", o] for o in search_overrides(steps)), []),
                 *common]
 
-    def break_it():
-        wait_for(lambda: any(r.data.metrics for r in children(server.url, spec.name)), 240, "first curves", 1.0)
-        server.stop()
-
-    killer = threading.Thread(target=break_it, daemon=True)
-    killer.start()
-    code = main(args)
-    killer.join(timeout=60)
-    err = capsys.readouterr().err
-    assert code == 3, err
-    spool_dir = replayed_dir(err)
-    assert Path(spool_dir).is_dir()
-    server.start()
-    assert main(["replay", spool_dir, "--tracking-uri", server.url]) == 0
+    with Outage(server, lambda: any(r.data.metrics for r in children(server.url, spec.name)), "first curves"):
+        code = main(args)
+    spool_dir = replay_what_was_left(main, code, capsys.readouterr().err, server)
     runs = children(server.url, spec.name)
     parent = MlflowClient(server.url).get_run(runs[0].data.tags["mlflow.parentRunId"])
     n = int(parent.data.tags["grokray.configurations"])

@@ -156,7 +156,7 @@ def test_the_resolved_spec_is_written_out_without_yaml_anchors():
 IDLE = {  # issue 52: a method's knob set without the method trains the same curve; each is now a named error
     "optim.decoder.filter_lambda=2": ("optim.decoder.filter_lambda", "grad_filter: ema or ma"),
     "optim.default.filter_window=100": ("optim.default.filter_window", "grad_filter: ma"),
-    "optim.default.momentum=0.9": ("optim.default.momentum", "name: sgd or muon"),
+    "optim.default.momentum=0.9": ("optim.default.momentum", "name: muon or sgd"),
     "optim.decoder.temperature=0.01": ("optim.decoder.temperature", "name: langevin"),
     "optim.default.muon_on=all": ("optim.default.muon_on", "name: muon"),
 }

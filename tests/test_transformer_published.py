@@ -100,7 +100,7 @@ def test_muon_takes_the_hidden_matrices_and_leaves_embeddings_and_head_to_adamw(
     layout = hidden.model.layout
 
     def names(trainer, group):
-        spans = {(a, b) for a, b, _ in trainer.optimizers[group].matrices}
+        spans = {(a, b) for a, b, _ in trainer.optimizers[group].matrix_segments}
         return {n for n, (g, a, b, _) in layout.items() if g == group and (a, b) in spans}
 
     assert names(hidden, "embedding") == set() and names(every, "embedding") == {"tok", "pos"}

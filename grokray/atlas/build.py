@@ -10,10 +10,10 @@ from pathlib import Path
 from ..errors import SpecError
 from ..search.config import parse_search
 from ..tracking.store import Store
-from .methods import write_methods_page
 from .page import PieceTiming, page_is_current, refresh_kept_page, write_index, write_page
 from .plan import Figure, plan_atlas
 from .runner import ESTIMATE_METRIC, UPPER_METRIC, PieceRecord, estimate_piece, run_figure
+from .search_comparison import write_methods_page
 
 
 @dataclass

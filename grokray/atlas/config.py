@@ -55,8 +55,8 @@ class Region:
 
 @dataclass(frozen=True)
 class Compare:
-    """A search figure drawn beside others on one page (atlas.methods): the page's name, this figure's row label and
-    the paper's figure for it (steps to the threshold, and where that number comes from)."""
+    """A search figure drawn beside others on one page (atlas.search_comparison): the page's name, this figure's row
+    label and the paper's figure for it (steps to the threshold, and where that number comes from)."""
 
     page: str
     label: str

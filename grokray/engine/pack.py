@@ -24,7 +24,7 @@ from .batches import BATCHES
 from .checkpoint import load_pack_state, pack_state_dict
 from .curves import member_curve
 from .memory import keep_freed_memory
-from .pack_setup import group_optimizers, measuring, norm_targets, pack_member_bytes
+from .pack_setup import group_optimizers, measuring, norm_targets, pack_member_bytes, progress_tensors
 from .precision import forward_context, use_matmul_precision
 from .result import METRICS, MemberResult, pack_signature
 from .schedule import record_steps
@@ -52,7 +52,7 @@ class PackTrainer:
         if len(signatures) != 1:
             raise ValueError("configurations in one pack must share everything but per-member fields")
         self.configs = configs
-        self.K = K = len(configs)
+        self.K = len(configs)
         self.device = torch.device(device)
         if self.device.type == "cpu":
             keep_freed_memory()
@@ -76,12 +76,14 @@ class PackTrainer:
         self.ideal_val_acc = ideal_val_accuracies(splits, self.data)  # per original member, known before training
         for name, tensor in vars(member_splits(splits, self.data, self.dtype, self.device)).items():
             setattr(self, name, tensor)  # each member's split as [K, ...] rows (see PER_MEMBER_TENSORS)
-        width = self.train_idx.shape[1]
+        self._schedule(configs, n, self.train_idx.shape[1])
+        self._progress_state(configs, streams)
 
-        train = first.train
+    def _schedule(self, configs: list, n: int, width: int) -> None:
+        """How the pack steps and measures: precision, capture, batches, when to evaluate and record, the budgets."""
+        train = configs[0].train
         self.precision = train.precision
         self.capture = capture_mode(train.capture, self.device)
-        captured = self.capture == "compiled"
         self.full_batch = train.batch_size == "full"
         self.batch_size = width if self.full_batch else int(train.batch_size)
         self.joint, self.split, self.eval_every = measuring(configs, self.model, self.family, n, width)
@@ -94,21 +96,20 @@ class PackTrainer:
         self.record_set = set().union(*self.member_records)
         self.threshold = torch.tensor([c.phases.threshold for c in configs], dtype=torch.float64, device=self.device)
 
+    def _progress_state(self, configs: list, streams) -> None:
+        """The optimizers and draws, then each member's progress: device-side, read by the host only at checks."""
+        K, train, captured = self.K, configs[0].train, self.capture == "compiled"
         self.optimizers = group_optimizers(self.model, self.family, configs, compile=captured)
         self.norm_target = norm_targets(self.model, configs, self.device)
         self.holds_norm = bool((~torch.isnan(self.norm_target)).any())
-        self.model.head.configure(first.train)  # train.softmax, train.loss_dtype
+        self.model.head.configure(train)  # train.softmax, train.loss_dtype
         self.rng = MemberRandom([c.seed for c in configs], self.device, salt=0)
         self.batches = BATCHES[train.batches](self.n_train.tolist(), self.batch_size, self.rng, streams)  # batches.py
-        self.step = 0  # the rest is device-side state, read by the host only at checks
-        self.cross_train = torch.full((K,), -1, dtype=torch.long, device=self.device)
-        self.cross_val = torch.full((K,), -1, dtype=torch.long, device=self.device)
-        self.diverged = torch.zeros(K, dtype=torch.bool, device=self.device)
-        self.active = torch.ones(K, dtype=torch.bool, device=self.device)
+        self.step = 0
         # The engine's metrics, then the family's own curves (models/diagnostics.py), one column each.
         self.metric_names = METRICS + tuple(self.model.diagnostics())
-        self.last = torch.full((K, len(self.metric_names)), math.nan, dtype=torch.float64, device=self.device)
-        self.marks = torch.full((K, MARKS, len(self.metric_names)), math.nan, dtype=torch.float64, device=self.device)
+        for name, tensor in progress_tensors(K, MARKS, len(self.metric_names), self.device).items():
+            setattr(self, name, tensor)
         self.stopped_at = [None] * K  # per original member: the step at which it stopped (host side)
         self.stopped_wall: list[float | None] = [None] * K  # and the time.time() then: its MLflow run's end
         self._measured: tuple[int, torch.Tensor] | None = None  # final_eval's (step, row), reused by _check

@@ -63,3 +63,14 @@ def pack_member_bytes(model, optimizers, dtype, n_points: int) -> int:
     state = sum(per_group[g] * opt.tensors_per_parameter() for g, opt in zip(model.flat, optimizers, strict=True))
     width = sum(p.shape[-1] for p in model.parameters() if p.dim() == 3)
     return elem * (2 * params + state + n_points * max(width, 1) * 3)
+
+
+def progress_tensors(k: int, marks: int, n_metrics: int, device) -> dict[str, torch.Tensor]:
+    """Each member's progress, on the device: its crossing steps (-1: not yet), whether it diverged, whether it
+    still trains, its last measured row and the rows marked at its crossings and stop (engine.curves)."""
+    return {"cross_train": torch.full((k,), -1, dtype=torch.long, device=device),
+            "cross_val": torch.full((k,), -1, dtype=torch.long, device=device),
+            "diverged": torch.zeros(k, dtype=torch.bool, device=device),
+            "active": torch.ones(k, dtype=torch.bool, device=device),
+            "last": torch.full((k, n_metrics), math.nan, dtype=torch.float64, device=device),
+            "marks": torch.full((k, marks, n_metrics), math.nan, dtype=torch.float64, device=device)}

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import OptimConfig
+from ..contracts import CURVE_METRICS
 from ..models import MODELS
 from ..models.diagnostics import RQI_THRESHOLD
 
-METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
+METRICS = CURVE_METRICS
 SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")
 
 

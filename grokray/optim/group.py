@@ -8,6 +8,7 @@ from ..capture import Captured
 from ..config import OptimConfig
 from . import primitives as P
 from .degrok import GradFilter, orthogonalize_
+from .kinds import KINDS
 
 
 class MemberRandom:
@@ -33,37 +34,8 @@ class MemberRandom:
             g.set_state(s)
 
 
-# One update per kind: (param, grad, scratch, lr [K,1] with freezing folded in, hypers, state, step, noise).
-def _adamw(p, g, s, lr, h, st, step, noise):
-    P.adam_moments_(g, st["exp_avg"], st["exp_avg_sq"], h["beta1"], h["beta2"], s)
-    P.decoupled_decay_(p, lr, h["weight_decay"])
-    p.sub_(P.adam_direction_(st["exp_avg"], st["exp_avg_sq"], step, h["beta1"], h["beta2"], h["eps"], s).mul_(lr))
-
-
-def _adam(p, g, s, lr, h, st, step, noise):
-    g = P.add_l2_(g, p, h["weight_decay"], s)
-    P.adam_moments_(g, st["exp_avg"], st["exp_avg_sq"], h["beta1"], h["beta2"], g)
-    p.sub_(P.adam_direction_(st["exp_avg"], st["exp_avg_sq"], step, h["beta1"], h["beta2"], h["eps"], s).mul_(lr))
-
-
-def _sgd(p, g, s, lr, h, st, step, noise):
-    d = P.momentum_(P.add_l2_(g, p, h["weight_decay"], s), st["momentum"], h["momentum"])
-    p.sub_(torch.mul(d, lr, out=s))
-
-
-def _normalized_gd(p, g, s, lr, h, st, step, noise):
-    p.sub_(P.normalize_(P.add_l2_(g, p, h["weight_decay"], s), s).mul_(lr))
-
-
-def _langevin(p, g, s, lr, h, st, step, noise):
-    p.sub_(P.add_l2_(g, p, h["weight_decay"], s).mul_(lr))
-    P.langevin_kick_(p, lr, h["temperature"], noise)
-
-
 # Per-member fused calls cost ~10 us each on a CPU; from this row length on, their fewer passes pay for it.
 ROWS_MIN_P = 32768
-
-UPDATES = {"adamw": _adamw, "adam": _adam, "sgd": _sgd, "normalized_gd": _normalized_gd, "langevin": _langevin}
 
 
 class GroupOptimizer:
@@ -82,10 +54,10 @@ class GroupOptimizer:
                  salt: int, pad_mask: torch.Tensor | None = None, compile: bool = False,
                  segments: list[tuple[int, int, tuple]] | None = None,
                  muon_segments: list[tuple[int, int, tuple]] | None = None):
-        kinds = {c.name for c in configs}
-        if len(kinds) != 1:
-            raise ValueError(f"a pack shares one optimizer kind per group, got {sorted(kinds)}")
-        self.kind = kinds.pop()
+        names = {c.name for c in configs}
+        if len(names) != 1:
+            raise ValueError(f"a pack shares one optimizer kind per group, got {sorted(names)}")
+        self.kind = KINDS[names.pop()]
         self.param, self.grad = param, grad
 
         def column(values):
@@ -99,55 +71,38 @@ class GroupOptimizer:
         # De-grokking transforms of the gradient, before the update (optim/degrok.py): ⊥Grad per parameter tensor
         # (`segments` of the flat group; the whole group as one when not given), then Grokfast's filter.
         self.segments = segments or [(0, param.shape[1], (param.shape[1],))]
-        # Muon: the group's matrices (each member's tensor of 2 dimensions) take the orthogonalised momentum; of them,
+        # A matrix step (Muon) takes the group's matrices (each member's tensor of 2 dimensions); of them,
         # `muon_segments` when given (optim.<group>.muon_on: hidden leaves embeddings and the head to AdamW).
-        self.matrices = [(a, b, shape) for a, b, shape in (self.segments if muon_segments is None else muon_segments)
-                         if self.kind == "muon" and len(shape) == 2 and min(shape) > 1]
+        self.matrix_segments = [(a, b, shape) for a, b, shape in
+                                (self.segments if muon_segments is None else muon_segments)
+                                if self.kind.matrices and len(shape) == 2 and min(shape) > 1]
         self.orthogonal = any(c.orthogonal for c in configs)
         kind = configs[0].grad_filter
         self.filter = None if kind == "none" else GradFilter(kind, grad, configs[0].filter_window)
         self.scratch = torch.empty_like(param)
-        adam = self.kind in ("adam", "adamw")
-        moments = adam or self.kind == "muon"  # muon: AdamW for what is not a matrix
-        self.state = {
-            "exp_avg": torch.zeros_like(param) if moments else None,
-            "exp_avg_sq": torch.zeros_like(param) if moments else None,
-            "momentum": torch.zeros_like(param) if self.kind in ("sgd", "muon") else None,
-        }
-        self.noise = MemberRandom(seeds, param.device, salt) if self.kind == "langevin" else None
+        self.state = {name: torch.zeros_like(param) for name in self.kind.state}
+        self.noise = MemberRandom(seeds, param.device, salt) if self.kind.noise else None
         self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
-        self._muon_scale()
-        self._update = self._muon if self.kind == "muon" else UPDATES[self.kind]
+        self._matrix_scales()
+        self._update = self.kind.update
         if compile:  # train.capture: compiled: one fused kernel instead of ~10 memory-bound passes
-            self._update = Captured(self._update, f"the {self.kind} update")
-        self.fused = None if compile or not adam else self._pick_fused(param.device)
+            self._update = Captured(self._update, f"the {self.kind.name} update")
+        self.fused = None if compile or self.kind.fused_adam is None else self._pick_fused(param.device)
         self.step_count = torch.zeros((), dtype=torch.float32, device=param.device)  # the fused kernels' step
         self._read_rows()
 
-    def _muon(self, p, g, s, lr, h, st, step, noise):
-        """Muon (Jordan et al.; Tveit et al. on grokking): each matrix moves along the orthogonalised Nesterov
-        momentum, scaled by 0.2 sqrt(max(rows, cols)) so that its step has AdamW's RMS and AdamW's lr and decay
-        carry over (Liu et al. 2025); the group's other tensors (biases, norms) take AdamW's step."""
-        P.adam_moments_(g, st["exp_avg"], st["exp_avg_sq"], h["beta1"], h["beta2"], s)
-        P.decoupled_decay_(p, lr, h["weight_decay"])
-        direction = P.adam_direction_(st["exp_avg"], st["exp_avg_sq"], step, h["beta1"], h["beta2"], h["eps"], s)
-        buf = P.momentum_(g, st["momentum"], h["momentum"])
-        nesterov = g + h["momentum"] * buf
-        for (a, b, shape), scale in zip(self.matrices, self.muon_scales, strict=True):
-            o = P.newton_schulz(nesterov[:, a:b].reshape(-1, *shape))
-            direction[:, a:b] = o.reshape(o.shape[0], -1) * scale
-        p.sub_(direction.mul_(lr))
-
-    def _muon_scale(self):
-        """Muon's 0.2 sqrt(max(rows, cols)) per member and matrix, from the member's own (unpadded) shape."""
-        self.muon_scales = []
-        for a, b, shape in self.matrices:
+    def _matrix_scales(self):
+        """(start, end, shape, scale) of each matrix step: Muon's 0.2 sqrt(max(rows, cols)) per member and
+        matrix, from the member's own (unpadded) shape."""
+        self.matrices = []
+        for a, b, shape in self.matrix_segments:
             if self.pad is None:
-                self.muon_scales.append(0.2 * max(shape) ** 0.5)
+                self.matrices.append((a, b, shape, 0.2 * max(shape) ** 0.5))
                 continue
             mask = self.pad[:, a:b].reshape(-1, *shape) > 0
             rows, cols = mask.any(2).sum(1), mask.any(1).sum(1)
-            self.muon_scales.append((0.2 * torch.maximum(rows, cols).to(self.param.dtype).sqrt()).view(-1, 1))
+            self.matrices.append((a, b, shape, (0.2 * torch.maximum(rows, cols).to(self.param.dtype).sqrt())
+                                  .view(-1, 1)))
 
     def _pick_fused(self, device) -> str | None:
         """Which of torch's fused Adam kernels to use; None keeps the update above (~11 elementwise passes).
@@ -183,17 +138,17 @@ class GroupOptimizer:
         if self.has_warmup:
             lr = lr * P.warmup_factor(step, h["warmup_steps"], self.warmup_from_zero)
         noise = None
-        if self.kind == "langevin":
+        if self.kind.noise:
             noise = self.noise.normal(self.param.shape[1:], self.param.dtype, self.param.device)
             noise = noise if self.pad is None else noise.mul_(self.pad)
         if self.fused == "direction":
             return self._step_direction(step, lr)
         # The 1-based step as a tensor, so a compiled update is not specialised on (recompiled for) each step.
         n = torch.tensor(float(step + 1), dtype=self.param.dtype, device=self.param.device)
-        self._update(self.param, self.grad, self.scratch, lr, h, self.state, n, noise)
+        self._update(self.param, self.grad, self.scratch, lr, h, self.state, n, noise, self.matrices)
 
     def _step_rows(self, step: int, active: torch.Tensor):
-        kernel = P.fused_adam_kernel(decoupled=self.kind == "adamw")  # adam: coupled L2
+        kernel = P.fused_adam_kernel(decoupled=self.kind.fused_adam == "decoupled")  # else coupled L2
         self.step_count.fill_(step + 1)
         m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
         for k, on in enumerate(active.view(-1).tolist()):
@@ -206,30 +161,30 @@ class GroupOptimizer:
 
     def _step_direction(self, step: int, lr: torch.Tensor):
         h, s = self.h, self.scratch
-        if self.kind == "adam":  # coupled L2 goes into the gradient the moments see
+        if self.kind.fused_adam == "coupled":  # L2 goes into the gradient the moments see
             self.grad.addcmul_(self.param, h["weight_decay"])
         self.step_count.fill_(step + 1)
         s.zero_()  # the kernel's "parameter": it ends as minus the direction, m_hat / (sqrt(v_hat) + eps)
         P.fused_adam_kernel(decoupled=False)([s], [self.grad], [self.state["exp_avg"]], [self.state["exp_avg_sq"]], [],
                            [self.step_count], lr=1.0, beta1=float(h["beta1"][0]), beta2=float(h["beta2"][0]),
                            weight_decay=0.0, eps=float(h["eps"][0]), amsgrad=False, maximize=False)
-        if self.kind == "adamw":
+        if self.kind.fused_adam == "decoupled":
             P.decoupled_decay_(self.param, lr, h["weight_decay"])
         self.param.addcmul_(s, lr)
 
     def tensors_per_parameter(self) -> int:
         """Parameter-sized tensors this optimizer keeps per member across steps: its state, a filter's history."""
         history = 0 if self.filter is None else 1 + (self.filter.window if self.filter.kind == "ma" else 0)
-        return sum(v is not None for v in self.state.values()) + history
+        return len(self.kind.state) + history
 
     def select_members(self, idx: torch.Tensor, param, grad, pad_mask):
         """Follow a pack that dropped members: keep rows `idx` of every per-member tensor."""
         self.param, self.grad = param, grad
         self.h = {k: v.index_select(0, idx) for k, v in self.h.items()}
-        self.state = {k: None if v is None else v.index_select(0, idx) for k, v in self.state.items()}
+        self.state = {k: v.index_select(0, idx) for k, v in self.state.items()}
         self.scratch = torch.empty_like(param)
         self.pad = None if pad_mask is None else pad_mask.to(param.dtype)
-        self._muon_scale()
+        self._matrix_scales()
         if self.noise is not None:
             self.noise.select(idx.tolist())
         if self.filter is not None:
@@ -237,7 +192,7 @@ class GroupOptimizer:
         self._read_rows()
 
     def state_dict(self) -> dict:
-        out = {k: v.clone() for k, v in self.state.items() if v is not None}
+        out = {k: v.clone() for k, v in self.state.items()}
         if self.noise is not None:
             out["noise"] = self.noise.state_dict()
         if self.filter is not None:
@@ -246,8 +201,7 @@ class GroupOptimizer:
 
     def load_state_dict(self, state: dict):
         for key, value in self.state.items():
-            if value is not None:
-                value.copy_(state[key])
+            value.copy_(state[key])
         if self.noise is not None:
             self.noise.load_state_dict(state["noise"])
         if self.filter is not None:

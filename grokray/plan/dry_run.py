@@ -4,12 +4,12 @@ committed atlas page of this very spec (a library spec on a new store), else the
 
 from __future__ import annotations
 
-from ..plan.estimate import BudgetUse, estimate_plan, fmt_minutes, plan_budget
-from ..plan.expand import expand
-from ..plan.lattice import PointSpec, trial_point
-from ..plan.refine import next_points
 from ..tracking.history import atlas_budget_use, measured_budget_use
 from ..tracking.uri import resolve_tracking_uri
+from .estimate import BudgetUse, estimate_plan, fmt_minutes, plan_budget
+from .expand import expand
+from .lattice import PointSpec, trial_point
+from .refine import next_points
 
 
 def estimate(plan, spec_name: str, tracking_uri: str | None, calibrate: bool, spec_path=None, **kwargs):

@@ -130,6 +130,33 @@ def leaf_cells(lattice: Lattice, present: set[Index]) -> list[Cell]:
     return sorted(out)
 
 
+def ranked_candidates(leaves, present: set, observed, phases, uncertain, rules) -> list:
+    """(rank, cell, reason, points to add) in the order next_points takes them: boundaries (1), extra seeds (2),
+    disagreement (3); coarser cells first, then cells with more phases at their corners, then the cheapest.
+    `phases(p)`: a point's phases by seed; `uncertain(p)`: whether its seeds disagree past the rule."""
+    candidates = []
+    for cell in leaves:
+        pts, kids = cell.split()
+        if not kids:
+            continue
+        if any(c not in present for c in cell.corners):
+            continue  # cannot happen for sets next_points built; ignore rather than guess
+        majors = [majority(phases(c)) for c in cell.corners]
+        area = (cell.i1 - cell.i0) * (cell.j1 - cell.j0)
+        if rules.boundary and len(set(majors)) > 1:
+            # along the axis the boundary crosses; once that is at the target resolution, along the other
+            pts = cell.split(split_axes(majors))[0] or pts
+            new = sum(q not in present for q in pts)
+            candidates.append((1, -area, (-len(set(majors)), new, cell), "boundary", pts))
+        elif any(uncertain(c) for c in cell.corners):
+            candidates.append((3, -area, (0, sum(q not in present for q in pts), cell), "disagreement", pts))
+    if rules.extra_seeds:
+        for p in sorted(present):
+            if uncertain(p) and any(s not in observed[p] for s in rules.extra_seeds):
+                candidates.append((2, 0, (0, 0, Cell(p[0], p[0], p[1], p[1])), "extra", [p]))
+    return [(r, key[-1], reason, pts) for r, _, key, reason, pts in sorted(candidates, key=lambda c: c[:3])]
+
+
 def next_points(plan: AdaptivePlan, observed: Mapping[Index, Mapping[int, str]]) -> Refinement:
     """The next round: which (i, j, seed) to train given `observed` {(i, j): {seed: phase}} so far.
 
@@ -173,29 +200,7 @@ def next_points(plan: AdaptivePlan, observed: Mapping[Index, Mapping[int, str]])
         return rules.disagreement is not None and disagreement(phases(p)) > rules.disagreement
 
     leaves = leaf_cells(lattice, present)
-    # (rank, -area, (-distinct phases, new points, cell), reason, split points): boundaries (1), extra seeds (2),
-    # disagreement (3); coarser cells first, then cells with more phases at their corners, then the cheapest
-    candidates = []
-    for cell in leaves:
-        pts, kids = cell.split()
-        if not kids:
-            continue
-        if any(c not in present for c in cell.corners):
-            continue  # cannot happen for sets this function built; ignore rather than guess
-        majors = [majority(phases(c)) for c in cell.corners]
-        area = (cell.i1 - cell.i0) * (cell.j1 - cell.j0)
-        if rules.boundary and len(set(majors)) > 1:
-            # along the axis the boundary crosses; once that is at the target resolution, along the other
-            pts = cell.split(split_axes(majors))[0] or pts
-            new = sum(q not in present for q in pts)
-            candidates.append((1, -area, (-len(set(majors)), new, cell), "boundary", pts))
-        elif any(uncertain(c) for c in cell.corners):
-            candidates.append((3, -area, (0, sum(q not in present for q in pts), cell), "disagreement", pts))
-    if rules.extra_seeds:
-        for p in sorted(present):
-            if uncertain(p) and any(s not in observed[p] for s in rules.extra_seeds):
-                candidates.append((2, 0, (0, 0, Cell(p[0], p[0], p[1], p[1])), "extra", [p]))
-    ranks = [(r, key[-1], reason, pts) for r, _, key, reason, pts in sorted(candidates, key=lambda c: c[:3])]
+    ranks = ranked_candidates(leaves, present, observed, phases, uncertain, rules)
     cells, extra = [], []
     for _, cell, reason, pts in ranks:
         if reason == "extra":

@@ -84,7 +84,6 @@ class LaunchSummary:
     interrupted: bool  # stopped before the end (Ctrl-C, max_rounds): --resume continues
     wall_s: float
     trial_metrics: list[dict] = field(default_factory=list)  # last result of every trial
-    trial_nodes: dict[str, str] = field(default_factory=dict)  # pack id -> node id of its last result
     trial_errors: dict[str, str] = field(default_factory=dict)  # pack id -> why its trial failed (last line)
     spooled_points: int = 0  # metric points that waited out a tracking outage in a spool
     undelivered_dir: str = ""  # where metrics that could not be delivered wait for `grokray replay`

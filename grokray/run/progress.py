@@ -42,10 +42,6 @@ class ProgressLine(tune.Callback):
         self.said_done = False
         self.seeded = False  # the restored trials' results taken (_restored)
 
-    @property
-    def enabled(self) -> bool:
-        return self.live or self.plain
-
     def setup(self, **info):
         self._reset()
         tty = sys.stdout.isatty()

@@ -31,7 +31,7 @@ def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
     sent, sent_points, left = replay_dir(spool_dir, tracking_client(uri), deadline_s=wait_s)
     print(f"replayed {sent} of {batches} batches ({sent_points} of {points} metric points) to {uri}")
     if not left and (Path(spool_dir) / LINK_FILE).is_file():
-        from .search import link_after_replay  # Ray and Optuna only for a search's spool
+        from .search_record import link_after_replay  # Optuna only for a search's spool
 
         print(f"linked {link_after_replay(spool_dir, uri)} search trials to the runs the replay made")
     if left:

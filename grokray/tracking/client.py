@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import SpecError
 from ..phases import counted_phase
-from .schema import PHASE_TAG, TRIAL_KEY_TAG, children_filter, parent_filter
+from .schema import PHASE_TAG, TRIAL_KEY_TAG, parent_filter
 from .uri import local_store_path, resolve_tracking_uri
 
 MAX_METRICS = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
@@ -118,20 +118,6 @@ def retry(fn, *args, attempts: int = 6, **kwargs):
     return None
 
 
-def retry_until(fn, *args, deadline_s: float, **kwargs):
-    """Like `retry`, for a driver between rounds: transient failures are retried (1 s doubling to 30 s) until
-    `deadline_s` from now, so a tracking server that is restarting costs the wait, not the sweep."""
-    end, wait = time.monotonic() + deadline_s, 1.0
-    while True:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            if not is_transient(exc) or time.monotonic() + wait > end:
-                raise
-            time.sleep(wait)
-            wait = min(30.0, wait * 2)
-
-
 def quick_failing_http() -> None:
     """MLflow's HTTP client retries a refused connection for minutes by default. Workers spool instead, so they
     ask for one quick retry (the user's own MLFLOW_HTTP_REQUEST_* settings win)."""
@@ -212,10 +198,6 @@ def search_all(client: MlflowClient, experiment_id: str | list[str], filter_stri
                ) -> list:
     """Every run matching the filter in one experiment (or a list of them), page by page."""
     return [run for page in search_pages(client, experiment_id, filter_string, attempts) for run in page]
-
-
-def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list:
-    return search_all(client, experiment_id, children_filter(parent_run_id))
 
 
 def find_parent(client: MlflowClient, experiment_name: str, spec_hash: str, kind: str | None = None):

@@ -136,6 +136,10 @@ class MlflowServer:
         self.url = f"http://{host}:{self.port}"
         self.proc = None
 
+    def experiment_page(self, experiment_id: str = "") -> str:
+        """The UI's page of one experiment's runs (the server's front page without one)."""
+        return f"{self.url}/#/experiments/{experiment_id}/runs" if experiment_id else self.url
+
     def start(self, timeout_s: float = 90.0) -> MlflowServer:
         mlflow = Path(sys.executable).with_name("mlflow")
         self.proc = subprocess.Popen(

@@ -15,7 +15,14 @@ from mlflow.tracking import MlflowClient
 
 from .client import STREAM_PAGE, find_parent, log_metrics, retry, search_all, search_pages
 from .records import Point, RunRecord, read_table, table_rows
-from .schema import LAUNCH_TAG, PARENT, ROLE_TAG, RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG, children_filter
+from .schema import (
+    LAUNCH_TAG,
+    RUNS_SUMMARY_ARTIFACT,
+    RUNS_SUMMARY_TAG,
+    children_filter,
+    parents_filter,
+    tags_filter,
+)
 
 
 def record(run) -> RunRecord:
@@ -43,23 +50,32 @@ class Store:
         """id -> name of every experiment."""
         return {e.experiment_id: e.name for e in self.client.search_experiments()}
 
-    def runs(self, experiment_ids: str | list[str], filter_string: str = "") -> list[RunRecord]:
-        """Every run matching the filter, page by page."""
-        return [record(r) for r in search_all(self.client, experiment_ids, filter_string)]
+    def runs(self, experiment_ids: str | list[str]) -> list[RunRecord]:
+        """Every run of the experiments, page by page."""
+        return [record(r) for r in search_all(self.client, experiment_ids)]
 
-    def latest(self, experiment_ids: list[str], filter_string: str = "") -> RunRecord | None:
-        """The run that started last among those matching the filter."""
-        found = retry(self.client.search_runs, experiment_ids, filter_string=filter_string, max_results=1,
+    def tagged(self, experiment_ids: str | list[str], tags: dict[str, str]) -> list[RunRecord]:
+        """Every run of the experiments that carries each of `tags` with its value."""
+        return [record(r) for r in search_all(self.client, experiment_ids, tags_filter(tags))]
+
+    def parents(self, experiment_ids: str | list[str]) -> list[RunRecord]:
+        """Every launch's parent run in the experiments."""
+        return [record(r) for r in search_all(self.client, experiment_ids, parents_filter())]
+
+    def latest_parent(self, experiment_ids: list[str], tags: dict[str, str] | None = None) -> RunRecord | None:
+        """The parent run that started last in the experiments (among those carrying `tags`)."""
+        found = retry(self.client.search_runs, experiment_ids, filter_string=parents_filter(tags), max_results=1,
                       order_by=["attributes.start_time DESC"]) if experiment_ids else []
         return record(found[0]) if found else None
 
     def launch_parent(self, launch_key: str) -> RunRecord | None:
         """The parent run of one launch, by the key it was given before the server answered (names its spool),
         in whichever experiment it is."""
-        ids = list(self.experiments())
-        found = self.latest(ids, f"tags.`{LAUNCH_TAG}` = '{launch_key}' and tags.`{ROLE_TAG}` = '{PARENT}'") \
-            if ids else None
-        return found
+        return self.latest_parent(list(self.experiments()), {LAUNCH_TAG: launch_key})
+
+    def children_of(self, parent_run_id: str, experiment_id: str) -> list[RunRecord]:
+        """A launch's child runs as the store holds them now (no runs table: see iter_children)."""
+        return [record(r) for r in search_all(self.client, experiment_id, children_filter(parent_run_id))]
 
     def run(self, run_id: str) -> RunRecord:
         return record(retry(self.client.get_run, run_id))

@@ -1,0 +1,81 @@
+"""What a search keeps in its tracking record beside the runs: the study's report on the parent, the trial-to-run
+links of runs made after their trials ended (a tracking outage; written by the close once the runs can be read, or
+by `grokray replay` of the spool, which also completes the report), and the finished parent a resume finds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+
+from ..search.artifacts import log_parent_results
+from ..search.config import SearchConfig, parse_search
+from ..search.study import LINK_FILE, launch_of, link_trial_runs, storage_at
+from ..tracking.client import is_transient
+from ..tracking.parent import ParentRun
+from ..tracking.schema import SEARCH_PRUNED_TAG, TRIAL_KEY_TAG
+from ..tracking.store import Store
+from .complete import stored_spec
+
+
+def leave_link(spool_dir: str, storage_label: str, study: str, experiment: str, launch_key: str) -> None:
+    """Name, in the launch's spool, the study whose trials `grokray replay` links to the runs it makes."""
+    Path(spool_dir, LINK_FILE).write_text(json.dumps({"storage": storage_label, "study": study,
+                                                      "experiment": experiment, "launch": launch_key}))
+
+
+def link_runs(parent, study) -> int:
+    """Link the trials whose runs were made after they ended (an outage) to them, once the parent's children can
+    be read; 0 while the server is away."""
+    try:
+        children = parent.children()
+    except Exception as exc:  # noqa: BLE001
+        if not is_transient(exc):
+            raise
+        return 0
+    return link_trial_runs(study, {r.tags.get(TRIAL_KEY_TAG): r.run_id for r in children})
+
+
+def link_after_replay(spool_dir: str, uri: str) -> int:
+    """`grokray replay` of a search's spool: the trials whose runs the replay made are linked to them."""
+    path = Path(spool_dir, LINK_FILE)
+    if not path.is_file():
+        return 0
+    where = json.loads(path.read_text())
+    study = optuna.load_study(study_name=where["study"], storage=storage_at(where["storage"]))
+    parent = ParentRun(uri, where["experiment"], "")
+    run = parent.find_launch(where["launch"])
+    if run is None:
+        return 0
+    parent.attach(run)
+    linked = link_runs(parent, study)
+    store = Store(uri)  # the study's report, which the close left to the replay while the store was away
+    parent.end_unfinished_children(SEARCH_PRUNED_TAG)
+    log_parent_results(store, run.run_id, study, parse_search(stored_spec(store, run.run_id)))
+    path.unlink()
+    return linked
+
+
+def finish_study(parent: ParentRun, study, cfg: SearchConfig) -> list[str]:
+    """Children ASHA stopped are tagged pruned and ended; the study's report goes on the parent. Skipped, with
+    the rest of the close reporting what is undelivered, while the tracking server is away."""
+    try:
+        parent.end_unfinished_children(SEARCH_PRUNED_TAG)
+        return log_parent_results(Store(parent.uri), parent.run_id, study, cfg)
+    except Exception as exc:  # noqa: BLE001
+        if not is_transient(exc):
+            raise
+        return []
+
+
+def finished_parent(study, uri: str):
+    """The study's last parent run, if it closed as finished."""
+    parent_id, _ = launch_of(study)
+    if not parent_id:
+        return None
+    try:
+        run = Store(uri).run(parent_id)
+    except Exception:  # noqa: BLE001 - gone, or in another store: the launch finds what it can, as before
+        return None
+    return run if run.status == "FINISHED" else None

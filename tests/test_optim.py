@@ -82,3 +82,20 @@ def test_the_private_torch_kernels_grokray_adapts_are_there():
         kernel([p], [g], [m], [v], [], [step], lr=0.1, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8,
                amsgrad=False, maximize=False)
         assert torch.allclose(p, torch.full((3,), 0.9), atol=1e-5)  # Adam's first step moves each weight by lr
+
+
+def test_every_optimizer_name_a_spec_may_give_is_a_registered_kind_and_sizing_asks_it_its_state():
+    """optim/kinds: a kind declares its per-parameter state, and memory sizing counts what it declares (issue 54:
+    member_bytes assumed Adam's two moments)."""
+    import typing
+
+    from grokray.optim.kinds import KINDS
+
+    names = typing.get_args(typing.get_type_hints(OptimConfig)["name"])
+    assert set(names) == set(KINDS)
+    expected = {"adamw": 2, "adam": 2, "sgd": 1, "normalized_gd": 0, "langevin": 0, "muon": 3}
+    for name in names:
+        p = torch.zeros(2, 6, dtype=torch.float64)
+        opt = GroupOptimizer(p, torch.zeros_like(p), [OptimConfig(name=name)] * 2, [0, 1], salt=1)
+        state = {k: v for k, v in opt.state_dict().items() if k != "noise"}  # langevin's draws are no tensor state
+        assert opt.tensors_per_parameter() == len(state) == expected[name], name

@@ -13,7 +13,9 @@ import importlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-DRIVER_MODULES = ("mlflow.store.tracking.sqlalchemy_store", "ray.tune.execution.tune_controller")
+from ..tracking.schema import STORE_MODULES
+
+DRIVER_MODULES = (*STORE_MODULES, "ray.tune.execution.tune_controller")
 
 
 def _import_all(names) -> None:

@@ -32,8 +32,8 @@ def _launch_flags() -> argparse.ArgumentParser:
                        "a chunk, a pack reports at most every --report-every seconds")
     flags.add_argument("--report-every", type=float, default=None, metavar="SECONDS",
                        help="how often a pack sends its new curve points to MLflow, checkpoints and reports to "
-                            "Tune (default: every 30 s, a short pack about 20 times over its life but at most "
-                            "every 5 s, a search every chunk; a node that dies loses at most this much of each "
+                            "Tune (default: after a tenth of the pack's time so far, from 5 to 30 s; a search "
+                            "every chunk; a node that dies loses at most this much of each "
                             "pack's work)")
     flags.add_argument("--delivery-wait", type=float, default=60.0, metavar="SECONDS", help="after a tracking "
                        "outage, how long to retry held-back metrics before leaving them for `grokray replay` (60)")

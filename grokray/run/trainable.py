@@ -32,7 +32,7 @@ from .pack_files import load_pack
 CHECKPOINT_FILE = "pack.pt"
 FIRST_CHUNK = 20  # steps that time a pack before its chunks are sized
 SLOW_CHUNK_S = 30.0  # the longest chunk of a pack that reports after every chunk (a search trial)
-REPORTS_PER_PACK = 20  # with the default report interval, a short pack reports about this often ...
+FIT_SHARE = 0.1  # with the default report interval, a pack reports again after this share of its time so far ...
 FIT_FLOOR_S = 5.0  # ... but at most once per this many seconds
 
 
@@ -72,11 +72,12 @@ def gpu_placement() -> dict:
             "gpu_share": float(assigned.get("GPU", 0.0))}
 
 
-def fitted_report_s(cap_s: float, pack_s: float) -> float:
-    """The report interval of a pack expected to train `pack_s` more seconds: REPORTS_PER_PACK reports over its
-    life, at most one per `cap_s` and at least FIT_FLOOR_S apart. A 3-minute demo's progress line then moves every
-    few seconds instead of holding a count for a minute; a long sweep keeps the cap."""
-    return min(cap_s, max(FIT_FLOOR_S, pack_s / REPORTS_PER_PACK))
+def fitted_report_s(cap_s: float, trained_s: float) -> float:
+    """The report interval of a pack that has trained `trained_s` seconds: a tenth of that, at least FIT_FLOOR_S
+    and at most `cap_s`. No forecast of the pack's life is needed (its members stop when classified): a pack
+    reports every 5 s at first and every 30 s from its fifth minute, so a 3-minute demo's progress line moves
+    every few seconds instead of holding a count for a minute, and a long sweep keeps the cap."""
+    return min(cap_s, max(FIT_FLOOR_S, FIT_SHARE * trained_s))
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,8 @@ def train_pack(config: dict) -> None:
         train_s += chunk_s
         # the first chunk (train_s is its time alone) may be the probe: it only times the pack, nothing to report
         probed = chunk < every and train_s == chunk_s
-        if probed and ctx.fit_reports:
-            min_report_s = fitted_report_s(ctx.min_report_s, chunk_s / chunk * (trainer.total - trainer.step))
+        if ctx.fit_reports:
+            min_report_s = fitted_report_s(ctx.min_report_s, train_s)
         chunk = next_chunk(chunk, chunk_s, every, min_report_s)
         if not done and (probed or time.perf_counter() - last_report < min_report_s):
             continue  # curves and checkpoints go out with the next report: MLflow and Tune both see few calls

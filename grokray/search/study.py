@@ -1,5 +1,6 @@
-"""The Optuna study of a search: its storage, sampler and fingerprint, opening or resuming it, and recovering the
-trials a killed driver left running. Optuna only; no Ray, no MLflow (finished runs are handed in as plain data).
+"""The Optuna study of a search: its storage and fingerprint, opening or resuming it, recovering the trials a
+killed driver left running, and what the study records of its launch. Optuna only; no Ray, no MLflow (finished
+runs are handed in as plain data; tag names come from tracking/schema). The sampler is search/sampler.py.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from .schema import (
     RUNS_SUMMARY_TAG,
     children_filter,
     parents_filter,
-    tags_filter,
 )
 
 
@@ -53,10 +52,6 @@ class Store:
     def runs(self, experiment_ids: str | list[str]) -> list[RunRecord]:
         """Every run of the experiments, page by page."""
         return [record(r) for r in search_all(self.client, experiment_ids)]
-
-    def tagged(self, experiment_ids: str | list[str], tags: dict[str, str]) -> list[RunRecord]:
-        """Every run of the experiments that carries each of `tags` with its value."""
-        return [record(r) for r in search_all(self.client, experiment_ids, tags_filter(tags))]
 
     def parents(self, experiment_ids: str | list[str]) -> list[RunRecord]:
         """Every launch's parent run in the experiments."""

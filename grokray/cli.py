@@ -7,7 +7,7 @@ import os
 import sys
 
 from .cli_parser import build_parser as make_parser
-from .errors import LaunchFinished, Mistakes, SpecError
+from .errors import AtlasStopped, LaunchFinished, Mistakes, SpecError
 from .run.options import LaunchOptions, clock
 from .run.signals import sigterm_as_ctrl_c
 from .supervisor import supervise, wanted, watch_supervisor
@@ -261,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchFinished as done:  # --resume of a finished launch: said, nothing changed
         print(done)
         return 0
+    except AtlasStopped as stopped:  # a stop signal during an atlas piece: no page of part of a figure
+        print(stopped, file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("grokray: interrupted", file=sys.stderr)
         return 130

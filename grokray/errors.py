@@ -45,6 +45,11 @@ class LaunchFinished(Exception):
         self.run_id = run_id  # the finished parent
 
 
+class AtlasStopped(Exception):
+    """A stop signal ended an atlas piece before it finished: no page is written for a part of a figure, and the
+    next `grokray atlas` resumes the piece. The CLI prints the message and exits 1, as a stopped launch does."""
+
+
 class Mistakes:
     """Collects the SpecErrors of independent checks: `with m.check(): ...` per check, then `m.raise_any()`."""
 

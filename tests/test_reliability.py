@@ -260,7 +260,10 @@ def test_driver_sigkill_then_resume(tmp_path):
            re_run=len(rerun), duplicated=0, lost=0, trial_starts=sum(starts.values()))
 
 
-def test_search_driver_sigkill_then_resume(tmp_path):
+@pytest.mark.parametrize("stop", ["sigkill", "ctrl-c"])
+def test_search_driver_stop_then_resume(tmp_path, stop):
+    """A search killed outright, or stopped with Ctrl-C (issue 52: its parent then closed FINISHED, exit 0, with no
+    resume hint), resumes without training a finished trial again."""
     spec_path = ROOT / "sweeps" / "degrok_toy.yaml"
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = [str(GROKRAY), "search", str(spec_path), "--scale", "smoke", "-s", "search.n_trials=6",
@@ -268,8 +271,8 @@ def test_search_driver_sigkill_then_resume(tmp_path):
             "-s", "phases.stop_when_classified=false", "--tracking-uri", uri, "--storage", str(tmp_path / "results")]
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     env["TUNE_GLOBAL_CHECKPOINT_S"] = "1"
-    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
     try:
         def midway():
             runs = children(uri, "degrok-toy")
@@ -278,8 +281,19 @@ def test_search_driver_sigkill_then_resume(tmp_path):
 
         wait_for(midway, 400, "two search trials finished and a third running")
         time.sleep(3)
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
+        if stop == "sigkill":
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(timeout=30)
+        else:  # Ctrl-C: the terminal signals the foreground group
+            os.killpg(first.pid, signal.SIGINT)
+            out, _ = first.communicate(timeout=180)
+            assert first.returncode == 1, out[-2000:]  # stopped early: not 0
+            assert "continue it with: " in out, out[-2000:]
+            assert out.split("continue it with: ", 1)[1].splitlines()[0].endswith(" --resume"), out[-2000:]
+            assert "Stop signal received" not in out and "Failed to fetch metrics" not in out, out[-2000:]
+            [parent] = MlflowClient(uri).search_runs([children(uri, "degrok-toy")[0].info.experiment_id],
+                                                     "tags.`grokray.role` = 'parent'")
+            assert parent.info.status == "KILLED"
     finally:
         _kill_group(first)
     before = {r.data.tags["grokray.trial_key"]: r for r in children(uri, "degrok-toy")}
@@ -300,7 +314,7 @@ def test_search_driver_sigkill_then_resume(tmp_path):
         str(tmp_path / "results" / "degrok-toy.optuna.journal"))))
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 6 and {t.user_attrs["trial_key"] for t in complete} == set(keys)
-    report("search_driver_loss", trials=len(runs), finished_before_kill=len(finished_before), re_run=len(rerun),
+    report(f"search_driver_{stop}", trials=len(runs), finished_before_kill=len(finished_before), re_run=len(rerun),
            duplicated=0, recovered_from_mlflow=sum(bool(t.user_attrs.get("recovered_from_mlflow")) for t in complete))
 
 

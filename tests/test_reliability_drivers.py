@@ -27,9 +27,13 @@ from test_reliability import Outage, _kill_group, children, replay_what_was_left
 from grokray.engine.schedule import record_steps
 from grokray.search.config import parse_search
 from grokray.search.objective import objective_values
+from grokray.search.study import trial_run_ids
 from grokray.spec import build_spec, load_spec, read_yaml
 
 pytestmark = pytest.mark.reliability
+# The delivery path is the same on either store; tests/test_reliability.py runs the grid's outages on both, and
+# these drivers' PostgreSQL variants (4 minutes of CI's 60) run with `make test-slow`.
+SERVERS = ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)]
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
 DEGROK = ROOT / "sweeps" / "degrok_toy.yaml"
@@ -70,9 +74,11 @@ def check_children(uri: str, spec, n: int) -> list:
     return runs
 
 
-def check_study(storage_dir: Path, runs, spec):
+def check_study(storage_dir: Path, runs, spec, own_link: bool):
     """No trial failed, and every value Optuna holds is the one its finished MLflow run gives: no trial was
-    scored by the outage instead of by its training."""
+    scored by the outage instead of by its training. Every trial is linked to its runs: by its own
+    `mlflow_run_id` when the server came back before the launch's end (`own_link`; its tell waited for them),
+    else by the study's link that `grokray replay` wrote."""
     cfg = parse_search(spec)
     study = optuna.load_study(study_name=cfg.study, storage=JournalStorage(JournalFileBackend(
         str(storage_dir / f"{cfg.study}.optuna.journal"))))
@@ -87,6 +93,10 @@ def check_study(storage_dir: Path, runs, spec):
         expected = objective_values(cfg.objective, run.data.tags["grokray.phase"], None if st is None else int(st),
                                     None if sv is None else int(sv), cfg.penalty)
         assert list(t.values) == pytest.approx(expected), t.number
+        if "duplicate_of" in t.user_attrs:  # answered from another trial, which carries the link
+            continue
+        link = t.user_attrs.get("mlflow_run_id", "") if own_link else trial_run_ids(study.user_attrs, t)
+        assert link == run.info.run_id, (t.number, link)
     return study
 
 
@@ -100,6 +110,7 @@ def launch(kind: str, spec, uri: str, tmp_path, **kw):
     return (run_adaptive if kind == "adaptive" else run_search)(spec, options)
 
 
+@pytest.mark.parametrize("server", SERVERS, indirect=True)
 @pytest.mark.parametrize("kind", ["adaptive", "search"])
 def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, server, kind):
     spec = SPECS[kind](4000)
@@ -111,7 +122,7 @@ def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, 
     assert summary.undelivered_points == 0 and summary.spooled_points > 0  # held back, then delivered
     runs = check_children(server.url, spec, summary.configurations)
     if kind == "search":
-        check_study(tmp_path / "results", runs, spec)
+        check_study(tmp_path / "results", runs, spec, own_link=True)
     parent = MlflowClient(server.url).get_run(summary.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.tags["grokray.kind"] == kind
     held = max(m["mlflow_s"] - m.get("delivery_wait_s", 0.0) for m in summary.trial_metrics if "mlflow_s" in m)
@@ -121,6 +132,7 @@ def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, 
            configurations=summary.configurations, max_tracking_s=round(held, 1))
 
 
+@pytest.mark.parametrize("server", SERVERS, indirect=True)
 @pytest.mark.parametrize("kind", ["adaptive", "search"])
 def test_a_server_that_does_not_come_back_exits_3_and_replay_delivers_everything(local_ray, tmp_path, server,
                                                                                   kind, capsys):
@@ -152,7 +164,7 @@ def test_a_server_that_does_not_come_back_exits_3_and_replay_delivers_everything
     n = int(parent.data.tags["grokray.configurations"])
     runs = check_children(server.url, spec, n)
     if kind == "search":
-        check_study(tmp_path / "results", runs, spec)
+        check_study(tmp_path / "results", runs, spec, own_link=False)
         arts = {a.path for a in MlflowClient(server.url).list_artifacts(parent.info.run_id, "search")}
         assert "search/trials.csv" in arts  # the study's report, left to the replay by the close
     assert parent.info.status == "FINISHED"

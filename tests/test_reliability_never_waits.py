@@ -209,6 +209,39 @@ def test_ctrl_c_then_resume_starts_no_configuration_twice(tmp_path):
            continued=resumes)
 
 
+def test_ctrl_c_during_an_atlas_piece_writes_no_page_and_says_how_to_resume(tmp_path):
+    """Issue 52: a stopped `grokray atlas` wrote its figure's page from the part of the piece that had run (wall
+    time cut short, runs 'stopped before classified'), and Ray Tune's own stop line spoke beside grokray's."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    out = tmp_path / "pages"
+    args = [str(GROKRAY), "atlas", "--scale", "smoke", str(QUICKSTART), *sum((["-s", o] for o in [
+            *LONG, "train.steps=20000", "phases.budget=20000"]), []), "-o", str(out), "--tracking-uri", uri,
+            "--storage", str(tmp_path / "results"), "--progress", "never"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=_cli_env(True), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        def training():
+            if not list((tmp_path / "results").rglob("quickstart_*")):  # Tune's run has begun: the store is made
+                return False
+            exp = MlflowClient(uri).get_experiment_by_name("quickstart")
+            runs = MlflowClient(uri).search_runs([exp.experiment_id], "tags.`grokray.role` = 'configuration'") \
+                if exp else []
+            return any(r.data.metrics for r in runs)
+        wait_for(training, 300, "the piece's first curves")
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, err[-2000:]
+    assert "the atlas stopped in quickstart piece" in err and "wrote no page" in err, err[-2000:]
+    assert "grokray: stopping: " in err and "Stop signal received" not in err, err[-2000:]
+    assert not list(out.glob("*.md")) and not list(out.glob("*.json"))  # no page, no data, no index
+    [parent] = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("quickstart").experiment_id],
+                                             "tags.`grokray.role` = 'parent'")
+    assert parent.info.status == "KILLED"  # the next `grokray atlas` resumes it (test_atlas.py)
+
+
 def test_ctrl_c_during_the_delivery_wait_ends_the_wait(tmp_path, server):
     """Issue 52: Ctrl-C while the close retried a server that was away was ignored for 29 s. Now the wait is said
     as it starts, and Ctrl-C ends it: exit 3 with the replay line, what is left waiting in the spool."""

@@ -264,6 +264,7 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1, out[-2000:]  # stopped before the end, not killed (-15)
     assert "continue it with: " in out and "--resume" in out and "Tuner.restore" not in out
+    assert "grokray: stopping: " in out and "Stop signal received" not in out  # one voice, from the stop on
     parent = client.search_runs([exp.experiment_id], "tags.`grokray.role` = 'parent'")
     assert [p.info.status for p in parent] == ["KILLED"]
 

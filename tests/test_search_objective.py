@@ -86,7 +86,7 @@ def test_search_block_parses_nested_overrides_and_the_start_point():
 
 def _seed(seed, phase, step_train, step_val, ideal=None):
     return {"seed": seed, "phase": phase, "step_train": step_train, "step_val": step_val, "threshold": 0.9,
-            "ideal": ideal}
+            "ideal": ideal, "run_id": f"run-of-seed-{seed}"}
 
 
 def test_a_trial_over_several_seeds_scores_what_a_majority_reached():
@@ -127,6 +127,7 @@ def test_an_interrupted_trial_over_seeds_is_answered_only_when_every_seed_finish
     told, failed = study.trials[both.number], study.trials[half.number]
     assert told.values == [300.0] and told.user_attrs["seeds_generalized"] == 2  # the slower of two
     assert told.user_attrs["phase"] == "grokking" and failed.state == TrialState.FAIL
+    assert told.user_attrs["mlflow_run_id"] == "run-of-seed-1,run-of-seed-2"  # linked to the runs it was told from
 
 
 def test_report_hook_scores_an_unfinished_trial_with_the_penalty():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import AtlasStopped, SpecError
 from ..search.config import parse_search
 from ..tracking.store import Store
 from .page import PieceTiming, page_is_current, refresh_kept_page, write_index, write_page
@@ -84,8 +84,7 @@ def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracki
             log(f"[atlas] {figure.stem}: {result.measured_s / 60:.1f} min measured, {result.estimate_s / 60:.1f} min "
                 f"estimated (x{result.measured_s / max(result.estimate_s, 1e-9):.2f}) -> {page}")
         except Exception as exc:  # noqa: BLE001 - one figure's failure must not cost the others
-
-            if isinstance(exc, SpecError):
+            if isinstance(exc, (SpecError, AtlasStopped)):  # a mistake, or the user's stop: not one figure's failure
                 raise
             result = FigureResult(figure, [], [], None, f"{type(exc).__name__}: {exc}")
             log(f"[atlas] {figure.stem}: FAILED ({result.error}); run the atlas again to resume it")

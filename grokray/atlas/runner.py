@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..errors import LaunchFinished, SpecError
+from ..errors import AtlasStopped, LaunchFinished, SpecError
 from ..plan.estimate import BudgetUse, estimate_plan, plan_budget
 from ..plan.expand import expand
 from ..run.adaptive import run_adaptive
@@ -165,6 +165,10 @@ def _start_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, r
     options = LaunchOptions(resume=resume, tracking_uri=tracking_uri, storage=storage, progress=progress,
                             parent_tags={ATLAS_SCALE_TAG: scale, ATLAS_PIECE_TAG: piece.name})
     summary = DRIVERS[piece.kind](piece.spec, options)
+    if summary.interrupted and not summary.errored_trials:
+        raise AtlasStopped(f"grokray: the atlas stopped in {piece.spec.name} piece {piece.name} (its parent run "
+                           f"{summary.parent_run_id or '(not in MLflow yet)'} ended KILLED) and wrote no page; run "
+                           "the same `grokray atlas` command again to resume it")
     if summary.errored_trials:
         raise RuntimeError(f"{piece.spec.name} piece {piece.name}: {summary.errored_trials} trials failed after "
                            f"retries; run the atlas again to resume it")

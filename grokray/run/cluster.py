@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,19 +51,40 @@ def notices_to(path: Path):
         handler.close()
 
 
+STOPPING_LINE = "grokray: stopping: the trials save their state, then the launch closes and says how to continue"
+
+
 class TuneResumeHint(logging.Filter):
-    """Drops Ray Tune's "Resume experiment with: Tuner.restore(path=...)" on a stop: grokray's own hint (the
-    command with its -s flags and --resume) is the one to follow, and two hints in two languages confuse."""
+    """Ray Tune's own words on a stop ("Stop signal received ... Press CTRL+C", then "Resume experiment with:
+    Tuner.restore(path=...)") give way to grokray's: one line as the stop begins, and at the close the command to
+    paste (its -s flags and --resume). Two hints in two languages confuse."""
+
+    def __init__(self):
+        super().__init__()
+        self.stopped = threading.Event()  # Tune took a stop signal: the launch's trials in flight did not finish
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "has been interrupted, but the most recent state was" not in record.getMessage()
+        message = record.getMessage()
+        if message.startswith("Stop signal received"):
+            self.stopped.set()
+            print(STOPPING_LINE, file=sys.stderr, flush=True)
+            return False
+        if message.startswith("Failed to fetch metrics") and "were not found at" in message:
+            return False  # a trial the stop caught before its first report: it has no metrics yet, nothing failed
+        return "has been interrupted, but the most recent state was" not in message
 
 
-def quiet_tune_resume_hint() -> None:
-    """Install TuneResumeHint on Ray Tune's driver logger, once."""
-    tune_log = logging.getLogger("ray.tune.tune")
-    if not any(isinstance(f, TuneResumeHint) for f in tune_log.filters):
-        tune_log.addFilter(TuneResumeHint())
+def quiet_tune_resume_hint() -> threading.Event:
+    """Install TuneResumeHint on Ray Tune's driver logger and its results reader, once. Returns its stop mark: the
+    one sign Ray 2.60 gives of a stop signal (Tune's handler takes it, and marks what it ends TERMINATED as it
+    marks ASHA's early stops), which a search needs to close KILLED rather than FINISHED."""
+    hint = next((f for f in logging.getLogger("ray.tune.tune").filters if isinstance(f, TuneResumeHint)), None)
+    hint = hint or TuneResumeHint()
+    for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
+        log = logging.getLogger(name)
+        if hint not in log.filters:
+            log.addFilter(hint)
+    return hint.stopped
 
 
 @contextmanager

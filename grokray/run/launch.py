@@ -27,6 +27,7 @@ from ray import tune
 from ..errors import LaunchFinished, SpecError
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
+from ..tracking.client import is_transient
 from ..tracking.delivery import pending_points
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
@@ -82,6 +83,7 @@ class Round:
     results: list = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # trial name -> why it failed
     unfinished: int = 0  # trials that ended without finishing their pack (stopped, or Ray went away)
+    stopped: bool = False  # a stop signal ended it (a scheduler's early stops, ASHA's, do not)
     member_phases: dict[str, str] = field(default_factory=dict)  # trial key -> phase, of every finished member
 
     @property
@@ -257,10 +259,11 @@ class Launch:
             self.delivery = BackgroundDelivery(self.parent).start()
         t0 = time.time()
         self.timings.setdefault("setup", t0 - self.t_start - self.timings.get("ray_start", 0.0))
-        quiet_tune_resume_hint()
+        stop = quiet_tune_resume_hint()
+        stop.clear()
         results = list(tuner.fit())
         self.timings["tune"] = self.timings.get("tune", 0.0) + time.time() - t0
-        rnd = Round(results)
+        rnd = Round(results, stopped=stop.is_set())
         for r in results:
             name = trial_name_of(r)
             if r.error is not None:
@@ -270,6 +273,16 @@ class Launch:
             rnd.member_phases.update((r.metrics or {}).get("member_phases") or {})
         self.rounds.append(rnd)
         return rnd
+
+    def deliver_held(self) -> None:
+        """After the last fit: what an outage held back goes out once now, if the server answers (see
+        BackgroundDelivery.finish); what still cannot is the close's to wait for."""
+        if self.delivery is not None:
+            try:
+                self.delivery.finish()
+            except Exception as exc:  # noqa: BLE001
+                if not is_transient(exc):
+                    raise
 
     # -- the close -----------------------------------------------------------------------------------------------
     def close(self, configurations: int, packs: int = 0, interrupted: bool | None = None,

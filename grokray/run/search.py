@@ -65,7 +65,7 @@ def _tuner(launch: Launch, spec: Spec, cfg: SearchConfig, study, storage, to_run
     log_axes = cfg.log_axes
     sampled = optuna.load_study(study_name=cfg.study, storage=storage, sampler=make_sampler(cfg, len(study.trials)),
                                 pruner=optuna.pruners.NopPruner())  # ASHA, in Tune, stops trials; Optuna never
-    searcher = StudySearcher(spec, cfg, sampled, target=target)
+    searcher = StudySearcher(spec, cfg, sampled, target=target, run_of=launch.parent.run_of)
     concurrent = min(cfg.max_concurrent, launch.options.max_concurrent or cfg.max_concurrent)
     budget = trial_config(spec, {}).budget_steps
     every, scheduler = launch.options.checkpoint_every, None
@@ -78,9 +78,9 @@ def _tuner(launch: Launch, spec: Spec, cfg: SearchConfig, study, storage, to_run
                          penalty=float(cfg.penalty))
     name = f"{cfg.study}-search_{time.strftime('%Y%m%d-%H%M%S')}"
     runs = to_run * len(spec.seeds)  # the progress line counts runs: a trial is a pack of its seeds
-    return launch.tuner(name, ctx, search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrent),
-                        scheduler=scheduler, num_samples=to_run,
-                        total_configs=runs, total_work=float(runs * budget), checkpoints_kept=1)
+    return searcher, launch.tuner(name, ctx, search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrent),
+                                  scheduler=scheduler, num_samples=to_run,
+                                  total_configs=runs, total_work=float(runs * budget), checkpoints_kept=1)
 
 
 def _interrupted_parent(launch: Launch, study):
@@ -138,11 +138,16 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
             launch.open_parent(f"{cfg.study} search", list(cfg.space), cfg.log_axes, parent_tags(cfg, label))
             attach_launch(study, launch.parent.run_id, launch.parent.launch_key, launch.uri)
         to_run = max(0, target - counted(study))
-        new_trials = len(launch.fit(_tuner(launch, spec, cfg, study, storage, to_run, target)).results) if to_run \
-            else 0
+        new_trials = 0
+        if to_run:
+            searcher, tuner = _tuner(launch, spec, cfg, study, storage, to_run, target)
+            new_trials = len(launch.fit(tuner).results)
+            launch.deliver_held()  # the runs an outage held back, so the trials held for them are told linked
+            searcher.release()
         study = optuna.load_study(study_name=cfg.study, storage=storage)
         artifacts = finish_study(launch.parent, study, cfg)
-        summary = launch.close(configurations=counted(study), interrupted=False)
+        stopped = any(rnd.stopped for rnd in launch.rounds)  # ASHA's stops are the search's own: not these
+        summary = launch.close(configurations=counted(study), interrupted=stopped)
         link_runs(launch.parent, study)
         if summary.undelivered_dir:  # `grokray replay` links the trials whose runs it makes
             leave_link(summary.undelivered_dir, label, cfg.study, spec.name, launch.parent.launch_key)

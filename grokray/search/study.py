@@ -128,7 +128,7 @@ def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> 
     """Trials a dead driver left RUNNING. One whose MLflow run had already finished (the driver died between the
     worker's last log and Optuna's tell) is told the values computed from that run, so it is never trained again;
     the others are marked failed and their configurations queued to run again. `finished` maps configuration key
-    -> {seed, phase, step_train, step_val, threshold, ideal} of finished runs; a trial over several seeds is
+    -> {seed, phase, run_id, step_train, step_val, threshold, ideal} of finished runs; a trial over several seeds is
     answered only when every seed's run finished. Returns (told, queued)."""
     told = queued = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -139,6 +139,7 @@ def recover_interrupted(study, finished: dict[str, dict], cfg: SearchConfig) -> 
             values, run = vote["values"], runs[vote["decider"]]
             attrs = {"phase": run["phase"], "step_train_acc": _or_minus_one(run["step_train"]),
                      "step_val_acc": _or_minus_one(run["step_val"]), "recovered_from_mlflow": True,
+                     RUN_ID_ATTR: ",".join(r["run_id"] for r in runs),
                      **({k: vote[k] for k in SEED_ATTRS} if len(runs) > 1 else {})}
             for attr, value in attrs.items():
                 set_running_trial_attr(study, t, attr, value)
@@ -245,7 +246,7 @@ def finished_runs(children, threshold: float) -> dict[str, dict]:
         if run.status != "FINISHED" or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
             continue
         steps = [metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]
-        out[tags[TRIAL_KEY_TAG]] = {"seed": run.params.get("seed", ""), "phase": tags[PHASE_TAG],
+        out[tags[TRIAL_KEY_TAG]] = {"seed": run.params.get("seed", ""), "phase": tags[PHASE_TAG], "run_id": run.run_id,
                                     "step_train": None if steps[0] is None else int(steps[0]),
                                     "step_val": None if steps[1] is None else int(steps[1]),
                                     "threshold": threshold, "ideal": metrics.get("ideal_val_acc")}

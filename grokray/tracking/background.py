@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from .delivery import HANDED_OVER, replay_dir, spool_files
+from .delivery import HANDED_OVER, LAUNCH_SPOOL_PREFIX, replay_dir, spool_files
 from .parent import ParentRun
 
 
@@ -34,6 +34,16 @@ class BackgroundDelivery:
             return
         files = [p for p in spool_files(self.parent.spool_dir) if p.name.endswith(HANDED_OVER)]
         if files and self.parent.answers():
+            replay_dir(self.parent.spool_dir, self.parent.client, only=files, resolved=self.parent.courier.resolved)
+
+    def finish(self) -> None:
+        """Training is over: stop the thread and try every pack's spool once, without waiting, so that the runs an
+        outage held back exist before the launch's own close (a search links its trials to them, and a pack its
+        scheduler stopped handed nothing over). The parent's own batches stay for the close."""
+        self.stop()
+        self.parent.deliver_backlog()
+        if self.parent.run_id and self.parent.answers():
+            files = [p for p in spool_files(self.parent.spool_dir) if not p.name.startswith(LAUNCH_SPOOL_PREFIX)]
             replay_dir(self.parent.spool_dir, self.parent.client, only=files, resolved=self.parent.courier.resolved)
 
     def stop(self) -> None:

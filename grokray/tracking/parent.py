@@ -185,6 +185,10 @@ class ParentRun:
             self.run_id = self.courier.resolved[self.launch_key]
             self.experiment_id = self.courier.resolved[f"experiment:{self.launch_key}"]
 
+    def run_of(self, key: str) -> str:
+        """The run of configuration `key` where this launch's delivery made it late (an outage), else ""."""
+        return self.courier.resolved.get(key, "")
+
     def deliver_backlog(self) -> None:
         """The background delivery's turn: retry the parent's own backlog (if the backoff allows)."""
         with self._lock:
@@ -249,10 +253,6 @@ class ParentRun:
     def attach(self, run: RunRecord) -> None:
         """Point at an existing parent (read only: nothing is resumed or delivered), e.g. to read its children."""
         self.run_id, self.experiment_id = run.run_id, run.experiment_id
-
-    @property
-    def tags(self) -> dict[str, str]:
-        return retry(self.client.get_run, self.run_id).data.tags
 
     def _child_runs(self) -> list:
         if not self.run_id:

@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     return make_parser(HANDLERS)
 
 
+EXIT_BROKEN_PIPE = 141  # as a shell tool killed by SIGPIPE ends, where Python would print a traceback
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -250,6 +253,17 @@ def main(argv: list[str] | None = None) -> int:
         return supervise(sys.argv[1:] if argv is None else list(argv))
     watch_supervisor()
     sigterm_as_ctrl_c()
+    try:
+        code = _handled(args)
+        sys.stdout.flush()  # a reader that went away shows here, not as a traceback at the interpreter's exit
+        return code
+    except BrokenPipeError:  # `grokray analyze ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _handled(args) -> int:
+    """The command, with grokray's own ends said in one line each: mistakes, a finished launch, a stop."""
     try:
         return args.func(args)
     except SpecError as exc:

@@ -152,3 +152,21 @@ def test_a_private_ray_runs_trials_at_the_users_priority_and_a_busy_machine_is_s
     finally:
         ray.shutdown()
     assert WORKER_NICENESS not in os.environ  # set only for Ray's start
+
+
+def test_output_into_a_closed_pipe_ends_quietly_as_a_shell_tool_does(tmp_path):
+    """`grokray analyze ... | head -4` printed a BrokenPipeError traceback once `head` had its lines (issue 52's
+    transcript). The reader's end is closed before grokray writes, so every write meets the broken pipe."""
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "grokray.cli", "train", str(QUICKSTART), "--scale", "smoke",
+                               "-s", "seeds=[1]"], stdout=write, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              timeout=300)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "BrokenPipe" not in done.stderr, done.stderr[-2000:]

@@ -41,7 +41,7 @@ from .cluster import check_gpu_request, resolve_storage
 from .confirm import confirmation_pending, run_confirmation
 from .launch import Launch
 from .options import LaunchOptions, LaunchSummary
-from .search_record import finish_study, finished_parent, leave_link, link_runs
+from .search_record import end_pruned, finished_parent, leave_link, link_runs, report_study
 from .study_searcher import StudySearcher
 
 
@@ -138,16 +138,20 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
             launch.open_parent(f"{cfg.study} search", list(cfg.space), cfg.log_axes, parent_tags(cfg, label))
             attach_launch(study, launch.parent.run_id, launch.parent.launch_key, launch.uri)
         to_run = max(0, target - counted(study))
-        new_trials = 0
+        new_trials, searcher = 0, None
         if to_run:
             searcher, tuner = _tuner(launch, spec, cfg, study, storage, to_run, target)
             new_trials = len(launch.fit(tuner).results)
-            launch.deliver_held()  # the runs an outage held back, so the trials held for them are told linked
-            searcher.release()
-        study = optuna.load_study(study_name=cfg.study, storage=storage)
-        artifacts = finish_study(launch.parent, study, cfg)
+            launch.deliver_held()  # the runs an outage held back, if the server is back: their trials told linked
+            searcher.settle()
+        held = len(searcher.held) if searcher else 0  # finished trials whose runs the close's delivery makes
+        end_pruned(launch.parent)
         stopped = any(rnd.stopped for rnd in launch.rounds)  # ASHA's stops are the search's own: not these
-        summary = launch.close(configurations=counted(study), interrupted=stopped)
+        summary = launch.close(configurations=counted(study) + held, interrupted=stopped)
+        if searcher is not None:
+            searcher.release()  # told, each with its runs where the close made them
+        study = optuna.load_study(study_name=cfg.study, storage=storage)
+        artifacts = report_study(launch.parent, study, cfg)
         link_runs(launch.parent, study)
         if summary.undelivered_dir:  # `grokray replay` links the trials whose runs it makes
             leave_link(summary.undelivered_dir, label, cfg.study, spec.name, launch.parent.launch_key)

@@ -57,11 +57,21 @@ def link_after_replay(spool_dir: str, uri: str) -> int:
     return linked
 
 
-def finish_study(parent: ParentRun, study, cfg: SearchConfig) -> list[str]:
-    """Children ASHA stopped are tagged pruned and ended; the study's report goes on the parent. Skipped, with
-    the rest of the close reporting what is undelivered, while the tracking server is away."""
+def end_pruned(parent: ParentRun) -> None:
+    """Children ASHA stopped are tagged pruned and ended, before the close ends what is left RUNNING. Skipped while
+    the tracking server is away (`grokray replay` does it then)."""
     try:
         parent.end_unfinished_children(SEARCH_PRUNED_TAG)
+    except Exception as exc:  # noqa: BLE001
+        if not is_transient(exc):
+            raise
+
+
+def report_study(parent: ParentRun, study, cfg: SearchConfig) -> list[str]:
+    """The study's report on the parent (best settings, trials table, figures), once every trial is told: after
+    the close, whose delivery made the runs a trial held by an outage waited for. Skipped, with the rest of the
+    close reporting what is undelivered, while the tracking server is away."""
+    try:
         return log_parent_results(Store(parent.uri), parent.run_id, study, cfg)
     except Exception as exc:  # noqa: BLE001
         if not is_transient(exc):

@@ -71,6 +71,8 @@ def report_study(parent: ParentRun, study, cfg: SearchConfig) -> list[str]:
     """The study's report on the parent (best settings, trials table, figures), once every trial is told: after
     the close, whose delivery made the runs a trial held by an outage waited for. Skipped, with the rest of the
     close reporting what is undelivered, while the tracking server is away."""
+    if not parent.run_id:  # the server was away for the whole launch: the replay makes the parent, then this
+        return []
     try:
         return log_parent_results(Store(parent.uri), parent.run_id, study, cfg)
     except Exception as exc:  # noqa: BLE001

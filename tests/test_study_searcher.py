@@ -66,3 +66,11 @@ def test_the_launch_end_tells_what_is_still_held_without_a_link_and_the_target_c
     assert first.state == TrialState.COMPLETE and first.values == [250.0] and "mlflow_run_id" not in first.user_attrs
     assert second.state == TrialState.PRUNED and second.user_attrs["mlflow_run_id"] == "rb"
     assert second.user_attrs["pruned_at_step"] == 200
+
+
+def test_a_failed_trial_is_told_failed_at_once_with_the_runs_it_made():
+    searcher, study = _searcher("[0]", {})
+    asked = searcher.suggest("t1")
+    searcher.on_trial_complete("t1", {"step": 40, "mlflow_run_id": "r1"}, error=True)
+    failed = study.trials[asked["optuna_trial"]]
+    assert failed.state == TrialState.FAIL and failed.user_attrs["mlflow_run_id"] == "r1" and not searcher.held

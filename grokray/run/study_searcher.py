@@ -145,9 +145,7 @@ class StudySearcher(Searcher):
         values = [result.get(name) for name in names] if result else [None]
         if any(v is None or not math.isfinite(float(v)) for v in values):
             if error or not result:  # nothing to wait for: a failed trial's runs are not what the study keeps
-                if all(held.ids):
-                    ot_trial.set_user_attr(RUN_ID_ATTR, ",".join(held.ids))
-                self.study.tell(ot_trial, state=TrialState.FAIL if error else TrialState.PRUNED)
+                self._tell(held, failed=error)
                 return
         else:
             held.values = [float(v) for v in values]
@@ -165,18 +163,19 @@ class StudySearcher(Searcher):
         return len(self.held)
 
     def release(self) -> int:
-        """The launch's end: every trial still held is told without its link (the server is away; `grokray
-        replay` writes the study's link when it makes the runs). Returns how many went without."""
+        """After the launch's close, which delivered what it could: every trial still held is told, without its link
+        where its runs are still not made (the server is away; `grokray replay` writes the study's link when it
+        makes them). Returns how many went without."""
         left = self.settle()
         for tid in list(self.held):
             self._tell(self.held.pop(tid))
         return left
 
-    def _tell(self, held: HeldTell) -> None:
+    def _tell(self, held: HeldTell, failed: bool = False) -> None:
         if all(held.ids):
             held.trial.set_user_attr(RUN_ID_ATTR, ",".join(held.ids))
         if held.values is None:
-            self.study.tell(held.trial, state=TrialState.PRUNED)
+            self.study.tell(held.trial, state=TrialState.FAIL if failed else TrialState.PRUNED)
         else:
             self.study.tell(held.trial, held.values if self.cfg.multi else held.values[0])
 

@@ -27,6 +27,13 @@ class Family(Protocol):
         """Raise a SpecError naming `path` if this model cannot train on `task`."""
 
 
+def family_groups(family, model: Any) -> tuple[str, ...]:
+    """The optimizer groups of `family` for the model config `model`: a family whose groups depend on its config
+    (the `module` family's model.groups) declares `groups_for(model)`; the others have fixed `groups`."""
+    groups_for = getattr(family, "groups_for", None)
+    return tuple(groups_for(model)) if groups_for is not None else tuple(family.groups)
+
+
 @runtime_checkable
 class Trainer(Protocol):
     """Trains K configurations at once (K = 1 is a single trial); steps are optimizer steps, or iterations."""

@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from .config import OptimConfig, PhaseConfig, TrainConfig, bounded, coerce, parse_dataclass, to_dict, unknown_key_error
+from .contracts import family_groups
 from .errors import Mistakes, SpecError
 from .models import MODELS
 from .optim.kinds import fields_read_by_kind
@@ -107,10 +108,9 @@ def parse_trial(raw: dict, written: bool = True) -> TrialConfig:
     if not isinstance(raw, dict):
         raise SpecError("spec", f"expected a mapping, got {raw!r}")
     mistakes = Mistakes()  # the blocks are checked independently: every mistake is reported at once
-    for key in raw:
+    for key in [k for k in raw if k not in TRIAL_KEYS]:
         with mistakes.check():
-            if key not in TRIAL_KEYS:
-                raise unknown_key_error("", key, TRIAL_KEYS)
+            raise unknown_key_error("", key, TRIAL_KEYS)
     for key in ("task", "model"):
         with mistakes.check():
             if key not in raw:
@@ -129,7 +129,7 @@ def parse_trial(raw: dict, written: bool = True) -> TrialConfig:
             blocks[key] = parse_dataclass(cls, {**defaults.get(key, {}), **(raw.get(key) or {})}, key)
     optim = {}
     with mistakes.check():
-        optim = _parse_optim(raw.get("optim") or {}, entry.build.groups if entry is not None else None, written)
+        optim = _parse_optim(raw.get("optim") or {}, model and family_groups(entry.build, model), written)
     with mistakes.check():
         seed = coerce(int, raw.get("seed", 0), "seed", SEED_RANGE)
     with mistakes.check():

@@ -15,7 +15,7 @@ MAX_LINES = 400
 
 # Lower imports nothing higher. A module may import its own package and anything of a lower rank.
 RANKS = {
-    "grokray.errors": 0, "grokray.contracts": 0, "grokray.spec_keys": 0, "grokray.config": 1,
+    "grokray.errors": 0, "grokray.contracts": 0, "grokray.spec_keys": 0, "grokray.user_code": 0.5, "grokray.config": 1,
     "grokray.registry": 1, "grokray.capture": 1, "grokray.spec_file": 1, "grokray.overrides": 2,
     "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3, "grokray.models": 4, "grokray.spec": 5,
     "grokray.engine": 6,
@@ -25,7 +25,8 @@ RANKS = {
     "grokray": 12,
     "grokray.__main__": 13,
 }
-CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.config", "grokray.registry",
+CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.user_code", "grokray.config",
+        "grokray.registry",
         "grokray.capture", "grokray.spec_file", "grokray.overrides", "grokray.phases",
         "grokray.tasks", "grokray.optim", "grokray.models", "grokray.spec", "grokray.engine")
 PURE = (*CORE, "grokray.plan", "grokray.tracking.schema")  # no Ray, MLflow or Optuna
@@ -208,7 +209,9 @@ ADAPTERS = {
     ("grokray/optim/primitives.py", "_fused_adam_"), ("grokray/optim/primitives.py", "_fused_adamw_"),
     ("grokray/search/study.py", "_storage"), ("grokray/search/study.py", "_trial_id"),
     ("grokray/run/launch.py", "_local_tuner"), ("grokray/capture.py", "_dynamo"),
+    ("grokray/models/module.py", "_parameters"), ("grokray/models/module.py", "_buffers"),
     ("tests/test_run_resume.py", "_local_tuner"), ("tests/test_capture.py", "_dynamo"),  # the adapters' tests
+    ("tests/test_user_code.py", "_parameters"), ("tests/test_user_code.py", "_buffers"),
 }
 CHECKED = sorted({*SOURCES, *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")})
 

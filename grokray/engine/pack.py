@@ -15,6 +15,7 @@ import warnings
 import torch
 
 from ..capture import Captured, capture_mode, step_boundary
+from ..contracts import family_groups
 from ..models import MODELS
 from ..optim import MemberRandom
 from ..optim.degrok import hold_weight_norm_
@@ -64,7 +65,7 @@ class PackTrainer:
             [c.model for c in configs],
             self.data,
             [c.seed for c in configs],
-            [{g: c.optim[g].init_scale for g in self.family.groups} for c in configs],
+            [{g: c.optim[g].init_scale for g in family_groups(self.family, c.model)} for c in configs],
             self.dtype,
             self.device,
         )

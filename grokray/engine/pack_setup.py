@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from ..contracts import family_groups
 from ..optim import GroupOptimizer
 from .schedule import auto_eval_every
 
@@ -32,7 +33,7 @@ def group_optimizers(model, family, configs, compile: bool) -> dict[str, GroupOp
     Muon takes the group's hidden matrices (`muon_on: hidden`, common practice: the model's input embeddings and
     output head go to AdamW) or all of them (`muon_on: all`)."""
     out, io = {}, model.io_names()
-    for gi, g in enumerate(family.groups):
+    for gi, g in enumerate(family_groups(family, configs[0].model)):
         if g in model.flat:
             named = [(name, (a, b, shape)) for name, (group, a, b, shape) in model.layout.items() if group == g]
             hidden = configs[0].optim[g].muon_on == "hidden"

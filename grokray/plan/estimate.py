@@ -202,11 +202,28 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
                     SWEEP_S + schedule(upper, slots), slots, basis, costs, use, packing_reason(plan, slots), pack_costs)
 
 
+def pack_splitting_axes(spec) -> list[str]:
+    """The swept fields whose values cannot share a pack (they change what every member computes, e.g. the `module`
+    family's model.kwargs.width, or a family's field it does not pad): each value trains in packs of its own."""
+    first = spec.point(0)
+    base = pack_signature(spec.trial(first))
+    return [key for key, values in spec.axes.items() if len(values) > 1
+            and pack_signature(spec.trial({**first, key: values[1]})) != base]
+
+
 def packing_reason(plan: Plan, slots: int) -> str:
-    """Why the plan's packs are the size they are: the spec's pack_size, free GPU memory, or the CPU rule."""
-    res = plan.spec.resources
+    """Why the plan's packs are the size they are: the spec's pack_size, free GPU memory, or the CPU rule; and the
+    swept fields that put their values in separate packs."""
     if not plan.packs:
         return ""
+    split = pack_splitting_axes(plan.spec)
+    apart = (f"; separate packs for each value of {', '.join(split)} (members differing in it cannot be stacked; "
+             "padding is exact only for the fields a family declares per member)") if split else ""
+    return _size_reason(plan, slots) + apart
+
+
+def _size_reason(plan: Plan, slots: int) -> str:
+    res = plan.spec.resources
     if res.pack_size != "auto":
         return f"resources.pack_size: {res.pack_size}"
     if res.gpu > 0:

@@ -25,11 +25,13 @@ class TrialContext:
     fit_reports: bool = False  # the default interval: a short pack reports more often (trainable.fitted_report_s)
     member_phases: bool = False  # report each member's phase by its key (the adaptive driver steers by them;
     # a grid reports counts only, so that Tune's results stay per pack, not per configuration)
+    code_paths: tuple[str, ...] = ()  # where the driver imported the user's families and tasks from (user_code)
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["target"] = self.target.to_dict()
         out["objective"] = list(self.objective)
+        out["code_paths"] = list(self.code_paths)
         return out
 
     @classmethod
@@ -37,4 +39,5 @@ class TrialContext:
         values = dict(only_known_fields(cls, raw, "trial-context"))
         values["target"] = RunTarget.from_dict(raw["target"])
         values["objective"] = tuple(raw.get("objective", ()))
+        values["code_paths"] = tuple(raw.get("code_paths", ()))
         return cls(**values)

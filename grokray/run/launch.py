@@ -33,6 +33,7 @@ from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
 from ..tracking.schema import CONFIGURATIONS_TAG
 from ..tracking.uri import resolve_tracking_uri
+from ..user_code import code_paths
 from .cluster import (
     busy_machine_note,
     check_cluster_gpus,
@@ -214,7 +215,8 @@ class Launch:
         res = self.spec.resources
         return TrialContext(target, extra.pop("checkpoint_every", opts.checkpoint_every), self.min_report_s,
                             res.cpu, res.gpu, self.spec.artifacts.final_state,
-                            fit_reports=opts.min_report_s is None and self.min_report_s > 0, **extra)
+                            fit_reports=opts.min_report_s is None and self.min_report_s > 0,
+                            code_paths=code_paths(), **extra)
 
     # -- rounds of Tune runs -------------------------------------------------------------------------------------
     def path_of(self, name: str) -> str:

@@ -26,6 +26,7 @@ from ..phases import counted_phase
 from ..search.objective import report_metrics
 from ..spec import device_for, parse_trial
 from ..tracking.pack_runs import PackTracker
+from ..user_code import add_code_paths
 from .context import TrialContext
 from .pack_files import load_pack
 
@@ -145,6 +146,7 @@ def close_pack(tracker: PackTracker, trainer, results, thresholds, save_states: 
 def train_pack(config: dict) -> None:
     started = time.perf_counter()
     pack, ctx = load_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
+    add_code_paths(ctx.code_paths)  # the user's families and tasks import here as on the driver
     configs = [parse_trial(m["config"], written=False) for m in pack["members"]]
     trainer, device, placement = pack_trainer(pack, ctx, configs)
     restored_from = trainer.step

@@ -1,0 +1,273 @@
+"""Your own model and task (issue 60), without Ray: the `module` family packs any torch.nn.Module, a member equals
+the same module trained alone (by grokray at K = 1 and by a plain torch loop), the generic Liu toy reproduces the
+built-in toy's phases, families and tasks come from "package.module:Attribute" names and entry points, the
+`dataset` task splits the user's arrays per seed, and every bad input is one line before anything starts.
+
+The user's code lives in tests/fixtures/userpkg/ (a package outside grokray) and examples/tiny_transformer.py.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from grokray.engine import PackTrainer, make_trainer
+from grokray.errors import SpecError
+from grokray.spec import build_spec, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+USERPKG = ROOT / "tests" / "fixtures" / "userpkg"
+
+
+@pytest.fixture(autouse=True)
+def _user_code_importable(monkeypatch):
+    """As a user runs grokray: from the directory that holds their package (it imports from the working dir)."""
+    monkeypatch.chdir(USERPKG)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(USERPKG))])
+    yield
+
+
+MLP = {"task": {"name": "dataset", "factory": "userpkg.data:sparse_parity", "inputs": "features", "labels": "parity",
+                "train_fraction": 0.6},
+       "model": {"name": "module", "factory": "userpkg.models:make_mlp", "kwargs": {"width": 16}},
+       "optim": {"default": {"name": "adamw", "lr": 1e-2, "weight_decay": 0.5}},
+       "train": {"steps": 40}, "phases": {"budget": 40, "stop_when_classified": False}}
+TRANSFORMER = {"task": {"name": "modular", "p": 7, "train_fraction": 0.6},
+               "model": {"name": "module", "factory": "examples.tiny_transformer:TinyTransformer",
+                         "kwargs": {"d_model": 8, "n_heads": 2, "d_mlp": 16}},
+               "optim": {"default": {"name": "adamw", "lr": 1e-2, "weight_decay": 1.0}},
+               "train": {"steps": 30}, "phases": {"budget": 30, "stop_when_classified": False}}
+
+
+def _transformer(monkeypatch):
+    monkeypatch.chdir(ROOT)  # examples/ is the repository's
+    return TRANSFORMER
+
+
+def final_params(configs) -> list[dict]:
+    trainer = PackTrainer(configs)
+    trainer.compact = False
+    trainer.run()
+    return trainer.member_states()
+
+
+@pytest.mark.parametrize("which", ["mlp", "transformer"])
+def test_a_pack_of_k_members_equals_k_lone_runs(which, monkeypatch):
+    raw = MLP if which == "mlp" else _transformer(monkeypatch)
+    spec = build_spec({**raw, "seeds": [0, 1, 2], "sweep": {"optim.default.lr": {"values": [1e-2, 3e-3]}}})
+    configs = spec.trials()
+    packed = final_params(configs)
+    assert len(packed) == 6
+    for config, together in zip(configs, packed, strict=True):
+        [alone] = final_params([config])
+        assert together.keys() == alone.keys()
+        for name in alone:
+            torch.testing.assert_close(together[name], alone[name], rtol=1e-5, atol=1e-6, msg=name)
+    a, b = packed[0], packed[1]  # seeds differ: so do their starts and ends
+    assert any(not torch.allclose(a[n], b[n]) for n in a)
+
+
+def test_a_member_equals_the_module_trained_by_a_plain_torch_loop():
+    """The same module, built after torch.manual_seed(seed), trained full batch by torch.optim.AdamW on the
+    member's own split: grokray's member starts at the same weights and ends within float tolerance."""
+    from userpkg.models import make_mlp
+
+    config = build_spec({**MLP, "seeds": [3]}).first_trial()
+    [ours] = final_params([config])
+    data = config.task.data()
+    train, _ = config.task.split(data, 3)
+    torch.manual_seed(3)
+    net = make_mlp(in_features=8, out_features=2, width=16)
+    assert torch.equal(net[0].weight.detach(), build_start(config)["0.weight"])
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2, weight_decay=0.5)
+    x, y = data.x[train].float(), data.y[train]
+    for _ in range(40):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(ours[name], p.detach(), rtol=1e-4, atol=1e-5, msg=name)
+
+
+def build_start(config) -> dict:
+    trainer = make_trainer([config])
+    return trainer.member_states()[0]
+
+
+def test_the_generic_liu_toy_reproduces_the_built_in_toys_phases():
+    """The quickstart grid at smoke scale (lr 1e-4 and 1e-2 x decay 0, 2, 5, 10), at 1,000 steps and seeds 1-2 (at
+    the preset's 300 steps nearly every cell is still undecided): the toy written as a plain module
+    (userpkg.models.LiuToy, drawn as the built-in family draws) gives every configuration the built-in's phase,
+    and its crossing steps within a few steps (another order of float operations rounds differently)."""
+    generic = {"name": "module", "factory": "userpkg.models:LiuToy", "loss": "target_vectors",
+               "groups": {"embedding": ["embed"], "decoder": ["weights.*", "biases.*"]}}
+    over = ["train.steps=1000", "phases.budget=1000", "seeds=[1,2]"]
+    spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", over, scale="smoke")
+    builtin, ours = spec.trials(), build_spec({**spec.raw, "model": generic}).trials()
+    assert len(ours) == len(builtin) == 16
+    a, b = make_trainer(builtin), make_trainer(ours)
+    a.run()
+    b.run()
+    pairs = list(zip(a.results(), b.results(), strict=True))
+    assert [x.phase for x, _ in pairs] == [y.phase for _, y in pairs]
+    for x, y in pairs:
+        for s, t in ((x.step_train, y.step_train), (x.step_val, y.step_val)):
+            assert (s is None) == (t is None) and (s is None or abs(s - t) <= max(5, 0.02 * s))
+    assert {x.phase for x, _ in pairs} >= {"comprehension", "memorization", "confusion"}  # not one phase
+
+
+def test_dropout_draws_differ_per_member_and_repeat_per_pack():
+    raw = {**MLP, "model": {**MLP["model"], "kwargs": {"width": 16, "dropout": 0.3}}, "seeds": [5, 5]}
+    configs = build_spec(raw).trials()
+    first, again = final_params(configs), final_params(configs)
+    assert all(torch.equal(first[0][n], again[0][n]) for n in first[0])  # reproducible
+    assert any(not torch.equal(first[0][n], first[1][n]) for n in first[0])  # same seed, other masks
+
+
+def test_groups_by_name_pattern_get_their_own_optimizer_settings(monkeypatch):
+    raw = {**_transformer(monkeypatch), "model": {**TRANSFORMER["model"], "groups": {"embedding": ["embed.*", "pos"]}},
+           "optim": {"default": {"name": "adamw", "lr": 1e-2}, "embedding": {"lr": 0.0}}}
+    config = build_spec(raw).first_trial()
+    assert set(config.optim) == {"embedding", "rest"}
+    start = build_start(config)
+    trainer = make_trainer([config])
+    trainer.run()
+    end = trainer.member_states()[0]
+    assert torch.equal(start["embed.weight"], end["embed.weight"]) and torch.equal(start["pos"], end["pos"])
+    assert not torch.equal(start["qkv.weight"], end["qkv.weight"])
+
+
+def test_a_swept_factory_argument_puts_each_value_in_packs_of_its_own():
+    from grokray.plan.estimate import pack_splitting_axes
+    from grokray.plan.expand import expand
+
+    spec = build_spec({**MLP, "seeds": [0, 1], "sweep": {"model.kwargs.width": {"values": [8, 16]},
+                                                         "optim.default.lr": {"values": [1e-2, 1e-3]}}})
+    plan = expand(spec, slots=1)
+    assert len(plan.packs) == 2 and sorted(len(p.members) for p in plan.packs) == [4, 4]
+    assert pack_splitting_axes(spec) == ["model.kwargs.width"]
+
+
+def test_a_family_and_a_task_of_the_users_own_by_module_path():
+    raw = {"task": {"name": "userpkg.tasks:SparseParity", "n": 200, "train_fraction": 0.7},
+           "model": {"name": "userpkg.family:SoftmaxRegression", "bias": False},
+           "optim": {"weights": {"name": "adamw", "lr": 0.05}},
+           "train": {"steps": 200}, "phases": {"budget": 200}}
+    config = build_spec(raw).first_trial()
+    assert config.model.registry_name == "userpkg.family:SoftmaxRegression"
+    assert config.to_dict()["task"]["name"] == "userpkg.tasks:SparseParity"
+    trainer = make_trainer([config])
+    trainer.run()
+    [result] = trainer.results()
+    assert result.final["train/acc"] < 0.9  # a linear map cannot fit a 3-bit parity: it never generalizes either
+    with pytest.raises(SpecError, match="model.bias"):
+        build_spec({**raw, "model": {**raw["model"], "bias": "yes"}})
+    with pytest.raises(SpecError, match="model.biass: unknown key; did you mean 'bias'"):
+        build_spec({**raw, "model": {**raw["model"], "biass": True}})
+
+
+def test_installed_packages_register_families_and_tasks_through_entry_points(tmp_path, monkeypatch):
+    dist = tmp_path / "userpkg-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: userpkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[grokray.models]\nsoftreg = userpkg.family:SoftmaxRegression\n"
+                                           "[grokray.tasks]\nparity = userpkg.tasks:SparseParity\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(USERPKG))
+    raw = {"task": {"name": "parity", "n": 100}, "model": {"name": "softreg"},
+           "train": {"steps": 5}, "phases": {"budget": 5}}
+    config = build_spec(raw).first_trial()
+    assert (config.task.registry_name, config.model.registry_name) == ("parity", "softreg")
+    make_trainer([config]).run()
+    with pytest.raises(SpecError, match="unknown model 'softre'; did you mean 'softreg'"):
+        build_spec({**raw, "model": {"name": "softre"}})
+
+
+def test_the_dataset_task_reads_npz_and_pt_files_and_splits_each_seed(tmp_path):
+    x = np.arange(40, dtype=np.int64).reshape(20, 2) % 7
+    np.savez(tmp_path / "pairs.npz", x=x, y=x.sum(1) % 7)
+    torch.save({"inputs": torch.randn(30, 3), "targets": torch.randn(30)}, tmp_path / "reg.pt")
+    spec = build_spec({"task": {"name": "dataset", "path": str(tmp_path / "pairs.npz"), "train_fraction": 0.5},
+                       "model": {"name": "toy", "hidden": [8]}, "seeds": [0, 1],
+                       "sweep": {"task.train_fraction": {"values": [0.5, 0.8]}}})
+    configs = spec.trials()
+    data = configs[0].task.data()
+    assert (data.num_classes, data.vocab_size, configs[0].task.symbolic) == (7, 7, True)
+    splits = [c.task.split(data, c.seed) for c in configs]
+    assert [len(tr) for tr, _ in splits] == [10, 10, 16, 16]
+    assert not torch.equal(splits[0][0], splits[1][0])  # each seed its own split
+    assert torch.equal(splits[0][0], configs[0].task.split(data, 0)[0])  # and the same again
+    reg = build_spec({"task": {"name": "dataset", "path": str(tmp_path / "reg.pt"), "inputs": "inputs",
+                               "labels": "targets", "tolerance": 0.2},
+                      "model": {"name": "module", "factory": "userpkg.models:make_mlp"}}).first_trial()
+    trainer = make_trainer([reg])
+    assert trainer.model.head.out_dim == 1 and trainer.model.head.tolerance == 0.2
+    trainer.run(until=3)
+
+
+BAD = [
+    ("model", {"name": "module", "factory": "nolab.models:make_net"},
+     "model.factory: cannot import module 'nolab.models': ModuleNotFoundError"),
+    ("model", {"name": "module", "factory": "userpkg.models:make_net"}, "model.factory: module 'userpkg.models' has no "
+     "attribute 'make_net'; it has: "),
+    ("model", {"name": "module", "factory": "userpkg.models:broken", "kwargs": {"width": 4}},
+     "model.factory: userpkg.models:broken(**{'in_features': 8, 'out_features': 2, 'width': 4}) raised ValueError: "
+     "width 4 is not supported"),
+    ("model", {"name": "module", "factory": "userpkg.models:with_batchnorm"},
+     "model.factory: the module uses BatchNorm1d at '1'"),
+    ("model", {"name": "userpkg.models:make_mlp"}, "model.name: 'userpkg.models:make_mlp' is a torch module or a "
+     "function, not a grokray family; train it with model: {name: module"),
+    ("model", {"name": "module", "factory": "userpkg.models:make_mlp", "kwargs": {"widht": 4}},
+     "model.factory: userpkg.models:make_mlp(**{'in_features': 8, 'out_features': 2, 'widht': 4}) raised TypeError"),
+    ("task", {"name": "dataset", "path": "nolabels.npz"}, "task.labels: "),
+    ("task", {"name": "dataset", "path": "missing.npz"}, "task.path: 'missing.npz' does not exist"),
+]
+
+
+@pytest.mark.parametrize("block, value, message", BAD, ids=[m.split(":")[0] + str(i) for i, (_, _, m) in
+                                                             enumerate(BAD)])
+def test_bad_user_code_is_one_line_naming_the_field_and_nothing_starts(block, value, message, tmp_path, capsys,
+                                                                       monkeypatch):
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "nolabels.npz", x=np.zeros((10, 8)))
+    monkeypatch.syspath_prepend(str(USERPKG))
+    import yaml
+
+    raw = {**MLP, block: value, "name": "bad"}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    code = main(["run", str(tmp_path / "bad.yaml"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db",
+                 "--storage", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("grokray: error:")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "nolabels.npz"]  # no store, no results
+
+
+def test_workers_get_the_drivers_code_paths():
+    """What crosses to a Tune worker: the directory the user's package was imported from, put on its sys.path
+    before it parses its configurations (a worker runs in its trial's folder, not the user's)."""
+    from grokray import user_code
+    from grokray.run.context import TrialContext
+    from grokray.tracking.pack_runs import RunTarget
+
+    build_spec(MLP)
+    assert str(USERPKG) in user_code.code_paths()
+    ctx = TrialContext(RunTarget("sqlite:///x.db", "1", "p", "h", "c", (), ()), code_paths=user_code.code_paths())
+    assert TrialContext.from_dict(ctx.to_dict()).code_paths == ctx.code_paths
+
+
+def test_the_module_tables_the_functional_call_swaps_are_still_torchs():
+    """The adapter in grokray/models/module.py (Functional) writes a member's tensors into Module._parameters and
+    _buffers: if torch renames them or stops reading them in the forward, this fails by name."""
+    lin, norm = torch.nn.Linear(2, 1), torch.nn.BatchNorm1d(2)
+    assert lin._parameters["weight"] is lin.weight and norm._buffers["running_mean"] is norm.running_mean
+    saved = lin._parameters["weight"]
+    lin._parameters["weight"] = torch.zeros(1, 2)
+    assert torch.equal(lin(torch.ones(3, 2)), lin.bias.detach().expand(3, 1))
+    lin._parameters["weight"] = saved

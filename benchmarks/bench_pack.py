@@ -6,7 +6,7 @@ sgemm peak measured at the start of the same run. A plain PyTorch loop (nn.Modul
 user would write) is measured too, as the outside reference. Warm-up steps are excluded. One thread.
 
     .venv/bin/python benchmarks/bench_pack.py [--quick] [--capture] [--unfused] [--rqi] [--models toy32,...]
-                                              [--device cuda] [--ks 1,32,...]
+                                              [--device cuda] [--ks 1,32,...] [--generic]
 
 "eager" is the reference step (train.capture: eager; on a CPU, torch's fused Adam/AdamW kernel once per member
 row); --unfused adds the same pack with the optimizer written as ~11 elementwise passes over [K, P] (what the
@@ -14,6 +14,10 @@ engine did before), --capture the same pack with train.capture: compiled (issue 
 compiled once by torch.compile, CUDA graphs on a GPU), side by side with eager at each K; its compilation is
 timed apart and left out of the rate. --rqi adds the toy without its RQI curve (Liu's representation
 quality index, measured at the record steps), to show what that curve costs.
+
+--generic (issue 60) adds, beside the hand-stacked family at each K, the same architecture written as a plain
+torch.nn.Module (tests/fixtures/userpkg/userpkg/models.py: LiuToy, PowerTransformer) and packed by the `module` family
+with torch.func; with --capture, compiled too. Its row says how many times slower than the hand-stacked pack it is.
 
 --methods (issue 37) measures instead each de-grokking method (Grokfast EMA and MA, ⊥Grad, the held weight norm,
 StableMax, Muon) against plain AdamW at each K, alternately in the same run.
@@ -28,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -68,6 +74,25 @@ MODELS_TO_BENCH = {
         [],
     ),
 }
+
+
+# The hand-stacked families' architectures as plain torch modules of a user's (issue 60), packed by `module`.
+USERPKG = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "userpkg"
+GENERIC = {
+    "toy32": {"name": "module", "factory": "userpkg.models:LiuToy", "kwargs": {"hidden": [32, 32]}},
+    "toy200": {"name": "module", "factory": "userpkg.models:LiuToy", "kwargs": {"hidden": [200, 200]}},
+    "transformer": {"name": "module", "factory": "userpkg.models:PowerTransformer",
+                    "kwargs": {"d_model": 32, "n_heads": 4, "d_mlp": 128}},
+}
+
+
+def variant_spec(name: str, variant: str):
+    """(raw spec, overrides) of model `name` as `variant` measures it: the module family's variants swap in the plain
+    module of the same architecture (and drop the hand-stacked family's model overrides)."""
+    raw, overrides = MODELS_TO_BENCH[name]
+    if not variant.startswith("module"):
+        return raw, overrides
+    return {**raw, "model": GENERIC[name]}, [o for o in overrides if not o.startswith("model.")]
 
 
 def sgemm_peak(device: str, precision: str = "highest") -> float:
@@ -159,7 +184,7 @@ def pack_rate(raw, overrides, k: int, seconds: float, variant: str, device: str 
         finally:
             ToyModel.embeddings = original
     over = [*overrides, "train.steps=1000000", "phases.budget=1000000"]
-    over += [f"train.capture={'compiled' if variant == 'compiled' else 'eager'}"]
+    over += [f"train.capture={'compiled' if variant.endswith('compiled') else 'eager'}"]
     cfg = build_spec(raw, over).first_trial()
     trainer = PackTrainer([cfg] * k, device=device)
     if variant == "unfused":
@@ -223,6 +248,8 @@ def main():
                         help=f"of {', '.join(MODELS_TO_BENCH)} (grokfast: the paper-scale Grokfast model, opt-in)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--ks", help="pack sizes (default: 1,8,32,128 on a CPU, 1,32,256,1024,4096 on a GPU)")
+    parser.add_argument("--generic", action="store_true",
+                        help="also the module family on the same architectures (toy32, toy200, transformer)")
     parser.add_argument("--methods", action="store_true",
                         help="instead: each de-grokking method's step cost against plain AdamW (issue 37)")
     args = parser.parse_args()
@@ -251,6 +278,9 @@ def main():
             print(f"| {name} | plain torch loop (reference) | 1 | {plain:,.0f} | | | |" + " |" * gpu)
         variants = ["eager"] + ["unfused"] * args.unfused + ["compiled"] * args.capture
         variants += ["no-rqi"] * (args.rqi and raw["model"]["name"] == "toy")
+        if args.generic and name in GENERIC:
+            sys.path.append(str(USERPKG))
+            variants += ["module"] + ["module compiled"] * args.capture
         base = {}
         for k in ks:
             for variant in variants:  # side by side at each K, so a load change hits every variant alike
@@ -259,7 +289,7 @@ def main():
 
 def row(name: str, variant: str, k: int, seconds: float, device: str, base: dict, peak: float) -> str:
     """One table row; on a GPU with the pack's peak memory, and a K that does not fit says so."""
-    raw, overrides = MODELS_TO_BENCH[name]
+    raw, overrides = variant_spec(name, variant)
     gpu = device.startswith("cuda")
     if gpu:
         torch.cuda.empty_cache()
@@ -271,11 +301,16 @@ def row(name: str, variant: str, k: int, seconds: float, device: str, base: dict
         return f"| {name} | {variant} | {k} | out of memory ({total / 2**30:.0f} GiB card) | | | | |"
     base.setdefault(variant, rate)
     base[(variant, k)] = rate
-    gflops = rate * matmul_flops_per_model_step(trainer) / 1e9
+    if not variant.startswith("module"):  # the module's matmuls are the hand-stacked family's (same architecture)
+        base[("flops", k)] = matmul_flops_per_model_step(trainer)
+    gflops = rate * base.get(("flops", k), 0.0) / 1e9
     memory = f" {torch.cuda.max_memory_allocated(device) / 2**20:,.0f} |" if gpu else ""
     label = variant
     if variant == "compiled" and ("eager", k) in base:  # the captured step beside the eager one at this K
         label = f"compiled: {rate / base[('eager', k)]:.2f}x eager (compiling {trainer.warmup_seconds:.0f} s)"
+    hand = ("compiled" if variant == "module compiled" else "eager", k)
+    if variant.startswith("module") and hand in base:  # the plain module packed, beside the hand-stacked pack
+        label = f"{variant} (torch.func): {base[hand] / rate:.2f}x slower than hand-stacked {hand[0]}"
     return (f"| {name} | {label} | {k} | {rate:,.0f} | {rate / base[variant]:.1f} | {gflops:.1f} | "
             f"{100 * gflops / peak:.0f}% |{memory}")
 

@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from ..config import bounded
+from ..config import bounded, unknown_key_error
 from ..errors import SpecError
 from ..user_code import import_reference
 from . import MODELS
@@ -105,6 +105,11 @@ def build_module(cfg: ModuleConfig, data, gen: torch.Generator | None = None) ->
         names = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         names = {}
+    open_ended = not names or any(p.kind == inspect.Parameter.VAR_KEYWORD for p in names.values())
+    for key in cfg.kwargs:
+        if not open_ended and key not in names:
+            raise unknown_key_error("model.kwargs", key, [n for n, p in names.items() if p.kind in (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)])
     kwargs = {k: v for k, v in task_facts(cfg, data).items() if k in names and k not in cfg.kwargs} | cfg.kwargs
     try:
         if gen is None:

@@ -35,6 +35,7 @@ from .spec_keys import (
     TRIAL_KEYS,
     UNHASHED_KEYS,
 )
+from .spec_rules import check_distinct, check_name
 from .tasks import TASKS
 
 
@@ -216,7 +217,7 @@ def axis_values(path: str, axis) -> list:
             raise SpecError(where, f"expected a non-empty list, got {arg!r}")
         if len(arg) > MAX_AXIS_POINTS:
             raise SpecError(where, f"has {len(arg)} values; at most {MAX_AXIS_POINTS} on one axis")
-        return list(arg)
+        return check_distinct(list(arg), where)
     if not isinstance(arg, list) or len(arg) != 3:
         raise SpecError(where, f"expected [start, stop, {'step' if kind == 'range' else 'num'}], got {arg!r}")
     start, stop = coerce(float, arg[0], f"{where}[0]"), coerce(float, arg[1], f"{where}[1]")
@@ -329,12 +330,11 @@ def build_spec(
                 notes.append(f"-s {key.strip()}={text} pins the {pinned}")
     name = raw.get("name", default_name)
     with mistakes.check():
-        if not isinstance(name, str) or not name:
-            raise SpecError("name", f"expected a non-empty string, got {name!r}")
+        check_name(name, "name")
     seeds = [0]
     with mistakes.check():
-        given = raw.get("seeds", [0])
-        seeds = coerce(list[int], given if isinstance(given, list) else [given], "seeds", SEED_RANGE)
+        given = raw.get("seeds", [0]) if isinstance(raw.get("seeds", [0]), list) else [raw["seeds"]]
+        seeds = check_distinct(coerce(list[int], given, "seeds", SEED_RANGE), "seeds", "seed")
         if not seeds:
             raise SpecError("seeds", "expected at least one seed")
     resources, artifacts = ResourcesConfig(), ArtifactsConfig()
@@ -355,7 +355,7 @@ def build_spec(
         with mistakes.check():
             if "seeds" in raw:
                 raise SpecError("sweep.seed", "the seeds are given twice: keep either `seeds: [...]` or `sweep.seed`")
-            seeds = coerce(list[int], axes.pop("seed"), "sweep.seed", SEED_RANGE)
+            seeds = check_distinct(coerce(list[int], axes.pop("seed"), "sweep.seed", SEED_RANGE), "sweep.seed", "seed")
         axes.pop("seed", None)
     log_axes = {key for key, axis in sweep.items() if isinstance(axis, dict) and "logspace" in axis}
     base = {k: raw[k] for k in TRIAL_KEYS[:-1] if k in raw}

@@ -16,6 +16,7 @@ MAX_LINES = 400
 # Lower imports nothing higher. A module may import its own package and anything of a lower rank.
 RANKS = {
     "grokray.errors": 0, "grokray.contracts": 0, "grokray.spec_keys": 0, "grokray.user_code": 0.5, "grokray.config": 1,
+    "grokray.spec_rules": 0.5,
     "grokray.registry": 1, "grokray.capture": 1, "grokray.spec_file": 1, "grokray.overrides": 2,
     "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3, "grokray.models": 4, "grokray.spec": 5,
     "grokray.engine": 6,
@@ -25,7 +26,8 @@ RANKS = {
     "grokray": 12,
     "grokray.__main__": 13,
 }
-CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.user_code", "grokray.config",
+CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.user_code", "grokray.spec_rules",
+        "grokray.config",
         "grokray.registry",
         "grokray.capture", "grokray.spec_file", "grokray.overrides", "grokray.phases",
         "grokray.tasks", "grokray.optim", "grokray.models", "grokray.spec", "grokray.engine")

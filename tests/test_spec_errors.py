@@ -9,7 +9,7 @@ import yaml
 
 from grokray.cli import main
 from grokray.errors import SpecError
-from grokray.spec import load_spec
+from grokray.spec import build_spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,3 +223,46 @@ def test_a_misspelt_value_gets_a_did_you_mean_beside_the_allowed_ones(override, 
     with pytest.raises(SpecError) as err:
         load_spec(ROOT / "sweeps" / "grokfast_adamw.yaml", [override])
     assert err.value.field == field and hint in str(err.value) and "allowed: " in str(err.value)
+
+
+# Issue 61: a name stays inside the folders built from it; seeds and swept values are given once each.
+NAMES = [("../../etc/x", "no path separators"), ("a/b", "no path separators"), ("a\\b", "no path separators"),
+         ("..", "'..'"), ("x\x01y", "control characters"), ("x" * 101, "has 101 characters; at most 100"),
+         ("   ", "expected a non-empty string")]
+
+
+@pytest.mark.parametrize("name, message", NAMES, ids=range(len(NAMES)))
+def test_a_name_that_would_leave_its_folder_is_refused(name, message):
+    raw = {"name": name, "task": {"name": "addition", "p": 5}, "model": {"name": "toy", "hidden": [8]}}
+    with pytest.raises(SpecError) as info:
+        build_spec(raw)
+    assert str(info.value).startswith("name: ") and message in str(info.value)
+
+
+def test_a_study_name_that_would_leave_the_results_folder_is_refused():
+    from grokray.search.config import parse_search
+
+    spec = build_spec({"name": "ok", "task": {"name": "addition", "p": 5}, "model": {"name": "toy", "hidden": [8]},
+                       "search": {"space": {"optim.default.lr": {"float": [1e-4, 1e-2]}}, "study": "../x"}})
+    with pytest.raises(SpecError, match=r"search.study: got '../x'; a name stays inside"):
+        parse_search(spec)
+
+
+@pytest.mark.parametrize("raw, field, value", [
+    ({"seeds": [1, 2, 1]}, "seeds", "seed 1"),
+    ({"sweep": {"seed": {"values": [3, 4]}}, "seeds": None}, None, None),
+    ({"sweep": {"seed": {"values": [3, 3]}}}, "sweep.seed.values", "value 3"),
+    ({"sweep": {"optim.default.weight_decay": {"values": [0, 0, 2]}}}, "sweep.optim.default.weight_decay.values",
+     "value 0"),
+    ({"sweep": {"optim.default.weight_decay": {"values": [1, 1.0]}}}, "sweep.optim.default.weight_decay.values",
+     "value 1.0"),
+], ids=range(5))
+def test_a_repeated_seed_or_swept_value_is_refused_naming_it(raw, field, value):
+    base = {"task": {"name": "addition", "p": 5}, "model": {"name": "toy", "hidden": [8]}}
+    raw = {**base, **{k: v for k, v in raw.items() if v is not None}}
+    if field is None:
+        assert build_spec(raw).seeds == [3, 4]
+        return
+    with pytest.raises(SpecError) as info:
+        build_spec(raw)
+    assert str(info.value).startswith(f"{field}: {value} is given twice"), str(info.value)

@@ -35,6 +35,7 @@ from ..config import check_block, coerce, unknown_key_error
 from ..errors import SpecError
 from ..plan.expand import Member, Pack, Plan
 from ..spec import TRIAL_KEYS, Spec
+from ..spec_rules import check_name
 from .confirm import ConfirmConfig, parse_confirm
 
 OBJECTIVES = ("time_to_generalize", "grokking_gap")
@@ -222,9 +223,7 @@ def parse_search(spec: Spec) -> SearchConfig:
     storage = raw.get("storage")
     if storage is not None and (not isinstance(storage, str) or not storage):
         raise SpecError("search.storage", f"expected a journal file path or an RDB URL, got {storage!r}")
-    study = raw.get("study") or spec.name
-    if not isinstance(study, str):
-        raise SpecError("search.study", f"expected a string, got {study!r}")
+    study = check_name(raw.get("study") or spec.name, "search.study")
 
     base = start_trial(spec)
     budget = base.phases.budget

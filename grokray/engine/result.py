@@ -3,7 +3,9 @@ every trainer's state_dict goes through."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -63,11 +65,35 @@ def pack_signature(cfg) -> str:
     return repr(sorted(d.items()))
 
 
+class CheckpointDamaged(Exception):
+    """A checkpoint that does not read back as it was written: its digest differs, or it does not load."""
+
+
+def _digest(path: Path) -> str:
+    data = path.read_bytes()
+    return f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+def digest_path(path) -> Path:
+    return Path(f"{path}.sha256")
+
+
 def save_checkpoint(trainer, path) -> None:
-    """Any trainer (PackTrainer, RfmTrainer, ...): its state_dict holds tensors, lists and numbers only."""
+    """Any trainer (PackTrainer, RfmTrainer, ...): its state_dict holds tensors, lists and numbers only. Beside it,
+    its size and SHA-256 as read back from the disk, so a write that did not land whole is found when read."""
     torch.save(trainer.state_dict(), path)
+    digest_path(path).write_text(_digest(Path(path)))
 
 
 def load_checkpoint(trainer, path) -> None:
-    """Restore with weights_only=True: a crafted pickle in a checkpoint cannot run code."""
-    trainer.load_state_dict(torch.load(path, map_location=trainer.device, weights_only=True))
+    """Restore with weights_only=True: a crafted pickle in a checkpoint cannot run code. A CheckpointDamaged if
+    the file is not what was written (its digest, where one was written) or does not load into this trainer."""
+    path = Path(path)
+    expected = digest_path(path).read_text().strip() if digest_path(path).is_file() else None
+    if not path.is_file() or (expected is not None and _digest(path) != expected):
+        raise CheckpointDamaged(f"{path.name} is missing or differs from what was written (size and SHA-256)")
+    try:
+        state = torch.load(path, map_location=trainer.device, weights_only=True)
+        trainer.load_state_dict(state)
+    except Exception as exc:  # noqa: BLE001 - whatever a damaged file raises (unpickling, zip, shapes, keys)
+        raise CheckpointDamaged(f"{path.name} does not load: {type(exc).__name__}: {str(exc)[:200]}") from None

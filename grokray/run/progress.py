@@ -99,6 +99,10 @@ class ProgressLine(tune.Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self._restored(trials)
+        said = self.latest.get(trial.trial_id, {}).get("checkpoint_set_aside")
+        if result.get("checkpoint_set_aside") and not said:  # a pack that could not continue: said once
+            sys.stderr.write(("\n" if self.live and self.width else "") + result["checkpoint_set_aside"] + "\n")
+            sys.stderr.flush()
         self.latest[trial.trial_id] = result
         self._draw()
 

@@ -19,7 +19,7 @@ import ray
 import torch
 from ray import tune
 
-from ..engine import load_checkpoint, make_trainer, save_checkpoint
+from ..engine import CheckpointDamaged, load_checkpoint, make_trainer, save_checkpoint
 from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
 from ..phases import counted_phase
@@ -91,6 +91,7 @@ class PackReport:
     node_id: str
     restored_from: int
     placement: dict  # a CUDA pack's placement (gpu_placement); {} on the CPU
+    set_aside: str = ""  # the line saying its checkpoint was damaged and set aside (the driver prints it once)
 
     def result(self, trainer, phases: dict[str, int], member_phases: list[str], *, members_done: int, done: bool,
                closed: tuple[int, float, str] | None = None, timing=None, from_mlflow: bool = False) -> dict:
@@ -105,6 +106,8 @@ class PackReport:
             out |= {"from_mlflow": True, "spooled_points": 0}
         if self.placement:
             out["cuda_visible_devices"] = self.placement["cuda_visible_devices"]
+        if self.set_aside:
+            out["checkpoint_set_aside"] = self.set_aside
         if done and self.ctx.member_phases:
             out["member_phases"] = {m["key"]: p for m, p in zip(self.pack["members"], member_phases, strict=True)}
         if closed is not None:  # after training: one try at an outage's backlog, then handed over
@@ -125,11 +128,28 @@ def pack_trainer(pack: dict, ctx: TrialContext, configs: list):
                            f"{placement['gpu_share']:g} GPU requested) but torch {torch.__version__} on node "
                            f"{ray.get_runtime_context().get_node_id()[:12]} cannot open CUDA")
     trainer = make_trainer(configs, device=device)
-    checkpoint = tune.get_checkpoint()
+    checkpoint, set_aside = tune.get_checkpoint(), ""
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
-            load_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)  # torch.load(..., weights_only=True)
-    return trainer, device, placement
+            try:
+                load_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)  # torch.load(..., weights_only=True)
+            except CheckpointDamaged as exc:
+                set_aside = set_aside_damaged(Path(d) / CHECKPOINT_FILE, pack["pack_id"], str(exc))
+                trainer = make_trainer(configs, device=device)  # a load that failed half-way left it half-restored
+    return trainer, device, placement, set_aside
+
+
+def set_aside_damaged(path: Path, pack_id: str, why: str) -> str:
+    """Keep a damaged checkpoint under another name, beside its checkpoint folder (Tune deletes old checkpoint folders
+    as new ones come), and say in one line that its pack trains again from step 0: its runs keep the points already
+    stored, and the tracker sends only later ones."""
+    kept = path.parent.parent / f"{path.parent.name}.{path.name}.damaged"
+    try:
+        path.replace(kept)
+        where = f"set aside as {kept}"
+    except OSError:
+        where = f"left at {path}"
+    return f"grokray: pack {pack_id}: its checkpoint is damaged ({why}); {where}; the pack trains again from step 0"
 
 
 def close_pack(tracker: PackTracker, trainer, results, thresholds, save_states: bool) -> tuple[int, float, str]:
@@ -148,13 +168,13 @@ def train_pack(config: dict) -> None:
     pack, ctx = load_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
     add_code_paths(ctx.code_paths)  # the user's families and tasks import here as on the driver
     configs = [parse_trial(m["config"], written=False) for m in pack["members"]]
-    trainer, device, placement = pack_trainer(pack, ctx, configs)
+    trainer, device, placement, set_aside = pack_trainer(pack, ctx, configs)
     restored_from = trainer.step
 
     node_id = ray.get_runtime_context().get_node_id()
     tracker = PackTracker(ctx.target, pack)
     tracker.open(node_id, restored_from)
-    report = PackReport(pack, ctx, node_id, restored_from, placement if device == "cuda" else {})
+    report = PackReport(pack, ctx, node_id, restored_from, placement if device == "cuda" else {}, set_aside)
     if tracker.all_finished and not ctx.objective:
         # Stopped after every member's run had ended but before Tune heard the last report: MLflow holds the
         # work, so a resume trains none of it again. (A search trial trains on: its score needs the curves.)

@@ -30,6 +30,8 @@ CASES = [  # (extra arguments, the option the line must name)
     (["--delivery-wait", "-5"], "--delivery-wait"),
     (["--progress", "sometimes"], "--progress"),
     (["-s", "optim.decoder.filter_lambda=2"], "optim.decoder.filter_lambda"),
+    (["--delivery-wait", "nan"], "--delivery-wait"),  # issue 61: NaN passed every comparison
+    (["-s", "seeds=[1,1]"], "seeds"),  # issue 61: trained twice, counted twice
 ]
 
 
@@ -44,3 +46,25 @@ def test_a_bad_input_is_one_line_exit_2_and_makes_nothing(tmp_path, command, ext
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert lines[0].startswith("grokray: error:") and option in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+REPLAY_CASES = [  # issue 61: (arguments after `replay`, the flag or field the line names); each used to write or crash
+    (["missing-dir"], "--tracking-uri"),  # created ./mlflow.db to look for the launch
+    (["a-file.txt"], "dir"),  # likewise
+    (["missing-dir", "--wait", "-1"], "--wait"),  # wrote, and never named the flag
+    (["missing-dir", "--wait", "nan"], "--wait"),
+    (["missing-dir", "--tracking-uri", "foo://bar"], "--tracking-uri"),  # a traceback
+]
+
+
+@pytest.mark.parametrize("args, option", REPLAY_CASES, ids=[" ".join(a) for a, _ in REPLAY_CASES])
+def test_a_replay_refusal_is_one_line_and_writes_nothing(args, option, tmp_path, monkeypatch, capsys):
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "a-file.txt").write_text("not a spool")
+    code = main(["replay", *args])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("grokray: error:") and option in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file.txt"]

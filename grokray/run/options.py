@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,9 +42,10 @@ class LaunchOptions:
             (self.max_concurrent is not None and self.max_concurrent < 1, "--max-concurrent",
              f"got {self.max_concurrent}; must be >= 1"),
             (self.checkpoint_every < 1, "--checkpoint-every", f"got {self.checkpoint_every}; must be >= 1"),
-            (self.min_report_s is not None and self.min_report_s < 0, "--report-every",
-             f"got {self.min_report_s}; must be >= 0"),
-            (self.delivery_wait_s < 0, "--delivery-wait", f"got {self.delivery_wait_s}; must be >= 0"),
+            (self.min_report_s is not None and not (self.min_report_s >= 0 and math.isfinite(self.min_report_s)),
+             "--report-every", f"got {self.min_report_s}; must be a finite number of seconds >= 0"),
+            (not (self.delivery_wait_s >= 0 and math.isfinite(self.delivery_wait_s)), "--delivery-wait",
+             f"got {self.delivery_wait_s}; must be a finite number of seconds >= 0"),
             (self.progress not in PROGRESS_MODES, "--progress",
              f"got {self.progress!r}; allowed: {', '.join(PROGRESS_MODES)}"),
             (self.max_failures < 0, "max_failures", f"got {self.max_failures}; must be >= 0"),

@@ -3,15 +3,16 @@ then its children); a search's trials are then linked to the runs the replay mad
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 from ..errors import SpecError
 from ..search.study import LINK_FILE
-from ..tracking.client import tracking_client
+from ..tracking.client import existing_store, tracking_client
 from ..tracking.delivery import pending_points, replay_dir, spool_files
 from ..tracking.store import Store
-from ..tracking.uri import resolve_tracking_uri
+from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem
 from .complete import complete_launch
 
 
@@ -19,7 +20,15 @@ def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
     """Deliver, complete the launch's record (run/complete.py), print what went, and return the exit code
     (3: batches are still undelivered)."""
     uri = resolve_tracking_uri(tracking_uri)
+    if not (math.isfinite(wait_s) and wait_s >= 0):
+        raise SpecError("--wait", f"got {wait_s}; must be a finite number of seconds >= 0")
+    if problem := tracking_uri_problem(uri):
+        raise SpecError("--tracking-uri", problem)
+    if Path(spool_dir).is_file():
+        raise SpecError("dir", f"{spool_dir!r} is a file; expected the folder a launch named "
+                        "(<storage>/undelivered/<launch key>)")
     if not spool_files(spool_dir):
+        existing_store(uri)  # a replay that finds nothing to send must not create a store to look in
         done = Store(uri).launch_parent(Path(spool_dir).name)  # replayed before: its folder went with its batches
         if done is None:
             raise SpecError("dir", f"no spool files (*.jsonl) in {str(Path(spool_dir))!r} and no launch of that "

@@ -23,7 +23,7 @@ def _load(args):
     with mistakes.check():
         spec = load_spec(args.spec, args.set, args.scale)
     with mistakes.check():
-        _launch_options(args).validate(places=not getattr(args, "dry_run", False))
+        _launch_options(args).validate()
     if getattr(args, "max_configs", 1) < 1:
         mistakes.errors.append(SpecError("--max-configs", f"got {args.max_configs}; must be >= 1"))
     mistakes.raise_any()
@@ -79,7 +79,7 @@ def _run_adaptive(spec, args) -> int:
 
     plan = parse_adaptive(spec)  # the spec's adaptive: block, or its defaults for --adaptive
     options = _launch_options(args)
-    options.validate(places=not args.dry_run)
+    options.validate()
     x, y = plan.lattice.x, plan.lattice.y
     if args.dry_run:
         print("\n".join(adaptive_lines(spec, plan, args.tracking_uri, not args.no_calibrate, args.spec)))
@@ -114,7 +114,10 @@ def _run(args) -> int:
     options = _launch_options(args)
     if args.dry_run:
         from .plan.dry_run import estimate
+        from .run.options import check_local_gpu_request
 
+        if not options.joins_a_cluster():  # what the launch would refuse, the dry-run refuses
+            check_local_gpu_request(spec.resources.gpu)
         gpus = local_gpu_count()  # this machine's cards, if it has any
         plan = expand(spec, slots=local_slots(spec, gpus=gpus))
         est = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, args.spec, gpus=gpus)
@@ -158,10 +161,13 @@ def _search_dry_run(spec, cfg, args) -> int:
     from .plan.dry_run import estimate
     from .plan.estimate import plan_budget
     from .run.cluster import resolve_storage
+    from .run.options import check_local_gpu_request
     from .search.config import search_plan
     from .search.study import resume_line
     from .terminal import search_plan_lines
 
+    if not _launch_options(args).joins_a_cluster():  # what the launch would refuse, the dry-run refuses
+        check_local_gpu_request(spec.resources.gpu)
     n = args.n_trials if args.n_trials is not None else cfg.n_trials
     resumes = [resume_line(spec, cfg, resolve_storage(args.storage))] if args.resume else []  # or its SpecError
     plan = search_plan(spec, n)

@@ -68,3 +68,30 @@ def test_a_replay_refusal_is_one_line_and_writes_nothing(args, option, tmp_path,
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("grokray: error:") and option in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file.txt"]
+
+
+DRY_RUN_CASES = [  # issue 61: a dry-run refuses what the launch refuses (each exited 0 before)
+    (["--tracking-uri", "foo://bar"], "--tracking-uri"),
+    (["--tracking-uri", "sqlite:////nonexistent-dir/x.db"], "--tracking-uri"),
+    (["--storage", "/proc/grokray-x"], "--storage"),
+    (["-s", "resources.gpu=0.25"], "resources.gpu"),
+]
+
+
+@pytest.mark.parametrize("command", ["run", "search"])
+@pytest.mark.parametrize("extra, option", DRY_RUN_CASES, ids=[" ".join(c[0]) for c in DRY_RUN_CASES])
+def test_a_dry_run_refuses_what_the_launch_refuses(command, extra, option, tmp_path, monkeypatch, capsys):
+    import torch
+
+    from grokray.cli import main
+
+    if option == "resources.gpu" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: a GPU share is a valid request here")
+    monkeypatch.chdir(tmp_path)
+    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    spec = SPEC if command == "run" else str(ROOT / "sweeps" / "degrok_toy.yaml")
+    code = main([command, spec, "--dry-run", "--no-calibrate", *extra])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("grokray: error:") and option in lines[0], lines
+    assert list(tmp_path.iterdir()) == []

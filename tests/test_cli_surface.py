@@ -66,9 +66,10 @@ def test_search_dry_run_pins_and_estimates_without_starting_anything(tmp_path, c
     assert not (tmp_path / "m.db").exists() and not (tmp_path / "grokray-results").exists()
 
 
-def test_dry_run_says_why_packs_hold_one_member(capsys):
+def test_dry_run_says_why_packs_hold_one_member(capsys, tmp_path):
     assert main(["run", str(ROOT / "sweeps" / "power_transformer_ops.yaml"), "--dry-run", "--no-calibrate",
-                 "--tracking-uri", "sqlite:////nonexistent/m.db"]) == 0
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
+    assert not (tmp_path / "m.db").exists()  # a dry-run reads a store, and makes none
     out = capsys.readouterr().out
     packs = next(line for line in out.splitlines() if line.startswith("packs:"))
     assert "one member per pack" in packs and "MB per member" in packs and "resources.pack_size" in packs

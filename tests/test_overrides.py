@@ -36,9 +36,9 @@ def test_train_runs_the_pinned_value(capsys):
     assert "pins the sweep axis optim.decoder.lr" in err and "pins the sweep axis optim.decoder.weight_decay" in err
 
 
-def test_run_dry_run_counts_the_pinned_grid(capsys):
+def test_run_dry_run_counts_the_pinned_grid(capsys, tmp_path):
     assert main(["run", str(QUICKSTART), "--dry-run", "--no-calibrate", "-s", "optim.decoder.weight_decay=5",
-                 "--tracking-uri", "sqlite:////nonexistent/x.db"]) == 0
+                 "--tracking-uri", f"sqlite:///{tmp_path}/x.db"]) == 0
     captured = capsys.readouterr()
     assert "configurations: 20" in captured.out and "pins the sweep axis optim.decoder.weight_decay" in captured.err
 

@@ -18,7 +18,7 @@ import ray
 from ..errors import SpecError
 from ..plan.expand import local_slots
 from ..spec import Spec
-from .options import DEFAULT_STORAGE
+from .options import DEFAULT_STORAGE, check_local_gpu_request
 from .signals import sigterm_as_ctrl_c
 
 LIBRARY_LOG = "library-notices.log"
@@ -139,15 +139,8 @@ def check_gpu_request(spec: Spec, options) -> None:
     """A GPU request on a private local Ray needs CUDA on this machine: said before Ray starts or MLflow is
     written. Joining a cluster (--address, RAY_ADDRESS, or a Ray already up), the GPUs are the workers' and are
     checked once joined (check_cluster_gpus); the driver of a CPU head has none of its own."""
-    gpu = spec.resources.gpu
-    if gpu <= 0 or not starts_private_ray(options):
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise SpecError("resources.gpu", f"got {gpu:g}, but this machine's torch ({torch.__version__}) cannot use "
-                        "CUDA and no cluster is given; set resources.gpu: 0, or join a GPU cluster with --address "
-                        "(or RAY_ADDRESS)")
+    if starts_private_ray(options):
+        check_local_gpu_request(spec.resources.gpu)
 
 
 def check_cluster_gpus(spec: Spec) -> None:

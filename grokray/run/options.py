@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,10 +35,13 @@ class LaunchOptions:
     parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
     resume_command: str = ""  # the shell command that continues this launch (the CLI's, with its -s flags)
 
-    def validate(self, places: bool = True) -> None:
+    def joins_a_cluster(self) -> bool:
+        return bool(self.address or os.environ.get("RAY_ADDRESS"))
+
+    def validate(self) -> None:
         """Every option checked before Ray starts or MLflow is written; all mistakes at once (SpecError names
-        each CLI flag). places: also where the launch would write (a dry-run writes nothing, and may read a store
-        that does not exist yet)."""
+        each CLI flag). A dry-run calls it too, so it refuses what the launch would refuse: where the launch would
+        write must be writable, though nothing is written yet (a store need not exist, only its folder)."""
         checks = [
             (self.max_concurrent is not None and self.max_concurrent < 1, "--max-concurrent",
              f"got {self.max_concurrent}; must be >= 1"),
@@ -51,10 +55,9 @@ class LaunchOptions:
             (self.max_failures < 0, "max_failures", f"got {self.max_failures}; must be >= 0"),
         ]
         uri = resolve_tracking_uri(self.tracking_uri)
-        if places:
-            checks.append((bool(problem := tracking_uri_problem(uri)), "--tracking-uri", problem))
+        checks.append((bool(problem := tracking_uri_problem(uri)), "--tracking-uri", problem))
         storage = self.storage or DEFAULT_STORAGE
-        if places and "://" not in storage:  # a cloud URI (s3://...) is the cluster's to reach
+        if "://" not in storage:  # a cloud URI (s3://...) is the cluster's to reach
             checks.append((bool(problem := writable_dir_problem(Path(storage).resolve())), "--storage", problem))
         mistakes = Mistakes()
         for bad, flag, message in checks:
@@ -112,3 +115,16 @@ def clock(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def check_local_gpu_request(gpu: float) -> None:
+    """A GPU share asked of a private local Ray needs CUDA on this machine (run.cluster.check_gpu_request, and a
+    local dry-run, which starts no Ray and must refuse what the launch would)."""
+    if gpu <= 0:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SpecError("resources.gpu", f"got {gpu:g}, but this machine's torch ({torch.__version__}) cannot use "
+                        "CUDA and no cluster is given; set resources.gpu: 0, or join a GPU cluster with --address "
+                        "(or RAY_ADDRESS)")

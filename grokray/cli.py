@@ -24,12 +24,28 @@ def _load(args):
         spec = load_spec(args.spec, args.set, args.scale)
     with mistakes.check():
         _launch_options(args).validate()
+    with mistakes.check():
+        _something_to_resume(args)
     if getattr(args, "max_configs", 1) < 1:
         mistakes.errors.append(SpecError("--max-configs", f"got {args.max_configs}; must be >= 1"))
     mistakes.raise_any()
     for note in spec.notes:
         print(f"grokray: {note}", file=sys.stderr)
     return spec
+
+
+def _something_to_resume(args) -> None:
+    """--resume with no local store to read: nothing to continue, said before Ray starts or a file is made (a
+    server's store is asked by the launch itself, which waits out an outage)."""
+    from .tracking.uri import local_store_path, resolve_tracking_uri
+
+    if not getattr(args, "resume", False):
+        return
+    uri = resolve_tracking_uri(args.tracking_uri)
+    path = local_store_path(uri)
+    if path is not None and not path.exists():
+        raise SpecError("--resume", f"nothing to continue: no MLflow store at {path} ({uri}); run without --resume, "
+                        "or name the store with --tracking-uri")
 
 
 def _train(args) -> int:
@@ -148,6 +164,11 @@ def _search(args) -> int:
         raise SpecError("--n-trials", f"got {args.n_trials}; must be >= 1")
     if args.dry_run:
         return _search_dry_run(spec, cfg, args)
+    if args.resume:  # the study must be there: a missing journal is refused, not created empty
+        from .run.cluster import resolve_storage
+        from .search.study import resume_line
+
+        resume_line(spec, cfg, resolve_storage(args.storage))
 
     from .run.search import run_search
     from .terminal import search_report

@@ -95,3 +95,18 @@ def test_a_dry_run_refuses_what_the_launch_refuses(command, extra, option, tmp_p
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("grokray: error:") and option in lines[0], lines
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["run", "search"])
+def test_resume_with_nothing_to_resume_starts_nothing_and_writes_nothing(command, tmp_path, monkeypatch, capsys):
+    """Issue 61: it started Ray and wrote ./grokray-results (run), or created an empty journal (search)."""
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    spec = SPEC if command == "run" else str(ROOT / "sweeps" / "degrok_toy.yaml")
+    code = main([command, spec, "--resume"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "--resume" in lines[0], lines
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ own flag without reading the message (and analysis never names a flag)."""
 from __future__ import annotations
 
 SOURCE, X, Y, AXES, COMPARISON, POOL = "source", "x", "y", "axes", "comparison", "pool"
+COMPARED = "compared"  # the launch to compare with could not be read (not: may not be compared)
 
 
 class AnalysisError(ValueError):

@@ -41,6 +41,8 @@ from grokray.tracking.schema import (
 )
 from grokray.tracking.uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
+from .errors import SOURCE, AnalysisError
+
 __all__ = ["DEFAULT_TRACKING_URI", "SERIES", "load_curves", "load_runs", "parent_runs", "runs_to_frame"]
 
 SERIES = CURVE_METRICS  # step series: not summary columns
@@ -247,13 +249,17 @@ def load_runs(experiment: str | None = None, parent_run_id: str | None = None, t
         raise ValueError("give exactly one of experiment= or parent_run_id=")
     store = open_store(tracking_uri)
     if parent_run_id is not None:
-        parent = store.run(parent_run_id)
+        parent = store.parent_by_id(parent_run_id)
+        if parent is None:
+            raise AnalysisError(SOURCE, f"no launch's parent run {parent_run_id!r} in {_uri(tracking_uri)}: give its "
+                                "run id, or the first 8 characters of it that a page prints")
         exp_id, runs = parent.experiment_id, store.iter_children(parent)
+        parent_run_id = parent.run_id
     else:
         exp_id = _experiment_id(store, experiment)
         runs = _children_of_launches(store, exp_id, latest_parent)
     df = runs_to_frame(runs, narrow=narrow, keep=keep)
-    df.attrs.update(experiment_id=exp_id, tracking_uri=_uri(tracking_uri))
+    df.attrs.update(experiment_id=exp_id, tracking_uri=_uri(tracking_uri), parent_run_id=parent_run_id)
     return df
 
 

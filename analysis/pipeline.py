@@ -18,7 +18,7 @@ from grokray.tracking.schema import ANALYSIS_DIR
 from . import plots
 from .artifacts import EMBEDDINGS, load_states, representation_metrics
 from .diagram import Comparison, PhaseGrid, compare, phase_counts, phase_grid, pivot, transition_lines
-from .errors import AXES, COMPARISON, POOL, SOURCE, AnalysisError, X, Y
+from .errors import AXES, COMPARED, COMPARISON, POOL, SOURCE, AnalysisError, X, Y
 from .labels import runs_subtitle, step_unit
 from .launches import LaunchRead, MixedLaunches, counted_once, differences, launches_read, pool_differences
 from .launches import launch_label as label_of
@@ -188,6 +188,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         df = runs
     elif parent_run_id is not None:
         df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri, narrow=narrow, keep=axes)
+        parent_run_id = df.attrs["parent_run_id"]  # the whole id, where the user gave the first characters
     elif experiment is not None:
         df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents, narrow=narrow,
                        keep=axes)
@@ -221,7 +222,10 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     comparison = other_label = None
     other_read: list[LaunchRead] = []
     if compare_to is not None:
-        other = _load(compare_to, tracking_uri)
+        try:
+            other = _load(compare_to, tracking_uri)
+        except (KeyError, ValueError) as exc:  # the other launch could not be read: --compare's input, not ours
+            raise AnalysisError(COMPARED, str(exc).strip("'\"")) from None
         other_label = _label(compare_to, tracking_uri)
         other_read = launches_read(other, tracking_uri)
         told += _allowed(MixedLaunches(COMPARISON, f"the comparison with {other_label}",

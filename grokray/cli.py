@@ -203,7 +203,7 @@ def _analyze(args) -> int:
     if args.experiment is None and args.parent is None:
         raise SpecError("--experiment", "give the experiment (the spec's name) or --parent RUN_ID")
     uri = existing_store(args.tracking_uri)  # a reading command never creates a store
-    from analysis.errors import AXES, COMPARISON, POOL, AnalysisError, X, Y
+    from analysis.errors import AXES, COMPARED, COMPARISON, POOL, AnalysisError, X, Y
     from analysis.pipeline import analyze, summary_lines
 
     source = "--experiment" if args.parent is None else "--parent"
@@ -213,7 +213,7 @@ def _analyze(args) -> int:
                          log=not args.no_log, all_parents=args.all_parents, narrow=not args.representations,
                          mixed=args.mixed)
     except AnalysisError as exc:  # the input to blame, as its flag
-        flag = {X: "--x", Y: "--y", AXES: "--x", COMPARISON: "--compare", POOL: "--all-parents"}
+        flag = {X: "--x", Y: "--y", AXES: "--x", COMPARISON: "--compare", COMPARED: "--compare", POOL: "--all-parents"}
         mixed = "; pass --mixed anyway" if exc.part in (COMPARISON, POOL) else ""
         raise SpecError(flag.get(exc.part, source), f"{exc}{mixed}") from None
     except (KeyError, ValueError) as exc:  # a store that cannot say: where the runs came from

@@ -301,3 +301,20 @@ def test_artifacts_spec_key_is_validated():
         load_spec(QUICKSTART, ["artifacts.final_stat=true"])
     with pytest.raises(SpecError, match="artifacts"):
         load_spec(QUICKSTART, ["artifacts=3"])
+
+
+def test_a_parent_by_its_printed_short_id_and_unknown_sources_are_one_line(store, tmp_path, capsys):
+    """Issue 61: `--parent` with the 8 characters a page prints, or an unknown id, was an MlflowException
+    traceback; `--compare` with an unknown experiment blamed `--experiment`."""
+    client = store["client"]
+    exp = client.get_experiment_by_name("quickstart").experiment_id
+    parent = client.search_runs([exp], "tags.`grokray.role` = 'parent'", max_results=1)[0].info.run_id
+    out = tmp_path / "figs"
+    assert main(["analyze", "--parent", parent[:8], "--tracking-uri", store["uri"], "-o", str(out), "--no-log"]) == 0
+    assert (out / "phase_diagram.png").is_file()
+    capsys.readouterr()
+    for args, flag in ((["--parent", "0123abcd"], "--parent"), (["--parent", "nope"], "--parent"),
+                       (["--experiment", "quickstart", "--compare", "no-such-experiment"], "--compare")):
+        assert main(["analyze", *args, "--tracking-uri", store["uri"], "-o", str(tmp_path / "x"), "--no-log"]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"grokray: error: {flag}:"), lines

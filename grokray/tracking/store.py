@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from .client import STREAM_PAGE, find_parent, log_metrics, retry, search_all, search_pages
@@ -74,6 +75,19 @@ class Store:
 
     def run(self, run_id: str) -> RunRecord:
         return record(retry(self.client.get_run, run_id))
+
+    def parent_by_id(self, run_id: str) -> RunRecord | None:
+        """A launch's parent by its run id, or by the first characters of it that pages print (at least 6, unique
+        among the store's launches); None when no run, or more than one launch, matches."""
+        try:
+            return record(retry(self.client.get_run, run_id))
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST" and "not found" not in str(exc):
+                raise
+        if len(run_id) < 6:
+            return None
+        found = [p for p in self.parents(list(self.experiments())) if p.run_id.startswith(run_id)]
+        return found[0] if len(found) == 1 else None
 
     def children(self, parent: RunRecord) -> list[RunRecord]:
         """A launch's child runs (iter_children, as a list)."""

@@ -233,6 +233,27 @@ def _ui(args) -> int:
     return serve_mlflow(args.tracking_uri, args.host, args.port or 5000, args.experiment)
 
 
+def _atlas_places(args) -> None:
+    """Where the atlas writes, checked before a piece trains: its pages' folder, and for a run the tracking URI
+    and the storage (`-o /proc/x` trained a whole piece, then failed writing its page)."""
+    from pathlib import Path
+
+    from .run.options import DEFAULT_STORAGE
+    from .tracking.uri import resolve_tracking_uri, tracking_uri_problem, writable_dir_problem
+
+    mistakes = Mistakes()
+    places = [("-o", writable_dir_problem(Path(args.output).resolve()))]
+    if not args.pages_only:
+        places += [("--tracking-uri", tracking_uri_problem(resolve_tracking_uri(args.tracking_uri)))]
+        if args.storage is None or "://" not in args.storage:
+            places += [("--storage", writable_dir_problem(Path(args.storage or DEFAULT_STORAGE).resolve()))]
+    for flag, problem in places:
+        if problem:
+            with mistakes.check():
+                raise SpecError(flag, problem)
+    mistakes.raise_any()
+
+
 def _atlas(args) -> int:
     from pathlib import Path
 
@@ -245,6 +266,7 @@ def _atlas(args) -> int:
     from .atlas.plan import plan_atlas
 
     figures = plan_atlas(specs, args.scale, tuple(args.set))  # all checked before Ray starts or MLflow is written
+    _atlas_places(args)
     for note in dict.fromkeys(n for f in figures for p in f.pieces for n in p.spec.notes):
         print(f"grokray: {note}", file=sys.stderr)
     from .atlas.build import build_atlas, results_lines

@@ -25,6 +25,9 @@ def read_yaml(path: str | Path) -> dict:
         raise SpecError("spec", f"{path.name} is not a text file (not UTF-8); a spec is YAML text") from None
     try:
         raw = yaml.safe_load(text)
+    except RecursionError:
+        raise SpecError("spec", f"{path.name} nests deeper than YAML can be read here; a spec is a few levels "
+                        "deep") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -110,3 +110,28 @@ def test_resume_with_nothing_to_resume_starts_nothing_and_writes_nothing(command
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "--resume" in lines[0], lines
     assert list(tmp_path.iterdir()) == []
+
+
+OTHER_COMMANDS = [  # issue 61: each of these trained, hung, wrote or printed a traceback before
+    (["atlas", "--scale", "smoke", SPEC, "-o", "/proc/grokray-x"], "-o"),  # trained the piece, then a traceback
+    (["ui", "--tracking-uri", "foo://bar"], "--tracking-uri"),  # a traceback
+    (["run", SPEC, "--address", "127.0.0.1:1"], "--address"),  # waited over 100 s, and made ./mlflow.db
+    (["run", SPEC, "--address", "not-an-address"], "--address"),
+    (["run", "deep.yaml"], "spec"),  # 1,000 levels of nesting: a RecursionError of 2,990 lines
+]
+
+
+@pytest.mark.parametrize("args, option", OTHER_COMMANDS, ids=[" ".join(a[:2]) + " " + o for a, o in OTHER_COMMANDS])
+def test_other_commands_refuse_in_one_line_before_anything(args, option, tmp_path, monkeypatch, capsys):
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    if "deep.yaml" in args:
+        (tmp_path / "deep.yaml").write_text("a: " + "[" * 1000 + "]" * 1000 + "\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code = main(args)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"grokray: error: {option}:"), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

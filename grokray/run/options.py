@@ -54,6 +54,9 @@ class LaunchOptions:
              f"got {self.progress!r}; allowed: {', '.join(PROGRESS_MODES)}"),
             (self.max_failures < 0, "max_failures", f"got {self.max_failures}; must be >= 0"),
         ]
+        address, flag = (self.address, "--address") if self.address else (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS")
+        if address and (problem := ray_address_problem(address)):
+            checks.append((True, flag, problem))
         uri = resolve_tracking_uri(self.tracking_uri)
         checks.append((bool(problem := tracking_uri_problem(uri)), "--tracking-uri", problem))
         storage = self.storage or DEFAULT_STORAGE
@@ -128,3 +131,27 @@ def check_local_gpu_request(gpu: float) -> None:
         raise SpecError("resources.gpu", f"got {gpu:g}, but this machine's torch ({torch.__version__}) cannot use "
                         "CUDA and no cluster is given; set resources.gpu: 0, or join a GPU cluster with --address "
                         "(or RAY_ADDRESS)")
+
+
+def ray_address_problem(address: str, timeout_s: float = 3.0) -> str | None:
+    """Whether a Ray to join answers at `address` (host:port, or ray://host:port), asked with a short timeout
+    before anything starts: `ray.init` at a dead address waited over 100 s, and the store was made meanwhile.
+    "auto" and "local" are Ray's to resolve."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in ("auto", "local"):
+        return None
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or not port:
+        return f"got {address!r}; expected HOST:PORT of a Ray head (e.g. 10.0.0.5:6379), ray://HOST:PORT or auto"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return (f"nothing answers at {host}:{port} ({exc.strerror or type(exc).__name__}); start Ray there (ray "
+                "start --head) or leave the address out for a private local Ray")

@@ -82,15 +82,23 @@ def writable_dir_problem(path: Path) -> str | None:
     return None
 
 
-def tracking_uri_problem(uri: str) -> str | None:
-    """What is wrong with a resolved tracking URI before anything is written to it, or None: a scheme MLflow
-    offers grokray, a server's host, and a local store's folder (which must exist: it is not made for you)."""
+def scheme_problem(uri: str) -> str | None:
+    """What is wrong with a tracking URI's scheme or host (a reading command needs no more), or None."""
     parts = urlsplit(uri) if "://" in uri else None
     scheme = (parts.scheme.split("+")[0] if parts else "file").lower()
     if scheme not in SCHEMES:
         return f"{uri!r} has an unsupported scheme ({scheme or 'none'}); allowed: {ALLOWED}"
     if scheme in ("http", "https") and not parts.hostname:
         return f"{uri!r} names no host; e.g. http://127.0.0.1:5000"
+    return None
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """What is wrong with a resolved tracking URI before anything is written to it, or None: a scheme MLflow
+    offers grokray, a server's host, and a local store's folder (which must exist: it is not made for you)."""
+    problem = scheme_problem(uri)
+    if problem:
+        return problem
     path = local_store_path(uri)
     if path is None:
         return None

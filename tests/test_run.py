@@ -196,6 +196,10 @@ def test_a_resumed_launchs_first_line_counts_what_its_first_launch_finished(caps
     line.on_step_end(0, restored)  # Tune's first step of the restored experiment, before any new result
     first = capsys.readouterr().out.splitlines()[0]
     assert "[grokray] 13/60 configurations | confusion 5 grokking 8 |" in first, first
+    assert first.endswith("ETA ?"), first  # issue 61: "ETA 0s", then rising: no time of this launch went there
+    line.start -= 60  # a minute on, this launch's packs trained a tenth of the work, and 66 % is left: 6.6 minutes
+    line.on_trial_result(1, restored, restored[2], {"members_done": 0, "members": 8, "step": 225, "total": 300})
+    assert "ETA 6m37s" in line.line() or "ETA 6m38s" in line.line(), line.line()
     line.on_trial_result(1, restored, restored[2], {"members_done": 1, "members": 8, "step": 10, "total": 300,
                                                     "phases": {"memorization": 1}})
     assert "14/60 configurations" in line.line()  # a new result adds to them; the restored ones are not lost

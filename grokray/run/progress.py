@@ -41,6 +41,7 @@ class ProgressLine(tune.Callback):
         self.width = 0
         self.said_done = False
         self.seeded = False  # the restored trials' results taken (_restored)
+        self.base = 0.0  # the share done before this launch (a resume's restored packs): no time of ours went there
 
     def setup(self, **info):
         self._reset()
@@ -48,23 +49,29 @@ class ProgressLine(tune.Callback):
         self.live = self.mode == "auto" and tty
         self.plain = self.mode == "always" or (self.mode == "auto" and not tty)
 
-    def line(self) -> str:
+    def share(self) -> tuple[float, int]:
+        """(the share of the work done, the configurations done) by the latest results."""
         done = sum(r.get("members_done", 0) for r in self.latest.values())
-        phases: dict[str, int] = {}
         work = 0.0
         for r in self.latest.values():
-            for p, n in (r.get("phases") or {}).items():
-                phases[p] = phases.get(p, 0) + n
             stopped = r.get("members_done", 0)
             work += stopped * r.get("total", r.get("step", 0)) + (r.get("members", 0) - stopped) * r.get("step", 0)
         # configurations done are a floor on the share done (a pack restored from MLflow reports no budget)
-        frac = max(min(1.0, work / self.total_work), done / max(1, self.total_configs))
+        return max(min(1.0, work / self.total_work), done / max(1, self.total_configs)), done
+
+    def line(self) -> str:
+        frac, done = self.share()
+        phases: dict[str, int] = {}
+        for r in self.latest.values():
+            for p, n in (r.get("phases") or {}).items():
+                phases[p] = phases.get(p, 0) + n
         now = time.time()
         elapsed = now - self.start
         if frac != self.measured[0]:  # a new share: when it was measured, so the ETA counts down until the next
             self.measured = (frac, now)
         at = self.measured[1] - self.start
-        left = max(0.0, at * (1 - frac) / frac - (now - self.measured[1])) if frac > 0.02 else None
+        ours = frac - self.base  # a resume's ETA from its own progress, not the packs its earlier launch trained
+        left = max(0.0, at * (1 - frac) / ours - (now - self.measured[1])) if ours > 0.02 else None
         eta = ("done" if done >= self.total_configs else "ETA ?" if left is None else f"ETA {clock(left)}")
         counts = " ".join(f"{p} {n}" for p, n in sorted(phases.items())) or "-"
         where = f"{self.label}: " if self.label else ""
@@ -96,6 +103,7 @@ class ProgressLine(tune.Callback):
         self.seeded = True
         self.latest.update({t.trial_id: t.last_result for t in trials
                             if t.last_result and t.trial_id not in self.latest})
+        self.base = self.share()[0]
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self._restored(trials)

@@ -114,8 +114,13 @@ def test_resume_of_a_finished_launch_says_so_and_changes_nothing(tmp_path):
                 (Path(client.download_artifacts(run_id, "analysis/phase_diagram.png", str(tmp_path)))).read_bytes())
 
     before = record(parent.info.run_id)
-    again = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    # the machine said to be busy (issue 61: the note was printed for a --resume that then changed nothing)
+    busy = ("import sys; import grokray.run.launch as launch; launch.busy_machine_note = lambda: 'BUSY-NOTE'; "
+            "from grokray.cli import main; sys.exit(main(sys.argv[1:]))")
+    again = subprocess.run([sys.executable, "-c", busy, *args[1:], "--resume"], cwd=tmp_path,
+                           env={**env, "GROKRAY_SUPERVISE": "0"}, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "BUSY-NOTE" not in again.stderr
     assert "finished" in again.stdout and parent.info.run_id in again.stdout and "changed nothing" in again.stdout
     assert record(parent.info.run_id) == before
     assert len(client.search_runs([exp.experiment_id], "tags.`grokray.role` = 'parent'")) == 1

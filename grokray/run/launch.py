@@ -122,6 +122,7 @@ class Launch:
         self.parent: ParentRun | None = None
         self.gpu_free: int | None = None
         self.delivery: BackgroundDelivery | None = None  # started with the first Tune run
+        self.notes: list[str] = []  # said when training starts: a --resume that finds nothing to do says none
         self.closed = False
 
     # -- Ray up and down -----------------------------------------------------------------------------------------
@@ -138,9 +139,7 @@ class Launch:
         self.timings["ray_start"] = time.time() - self.t_start
         try:
             check_cluster_gpus(self.spec)
-            for note in (busy, idle_gpu_note(self.spec)):
-                if note:
-                    print(note, file=sys.stderr)
+            self.notes = [note for note in (busy, idle_gpu_note(self.spec)) if note]
             self.gpu_free = gpu_free_bytes(self.spec)
             self.parent = ready.result()
         except BaseException:
@@ -257,6 +256,9 @@ class Launch:
         )
 
     def fit(self, tuner: tune.Tuner) -> Round:
+        for note in self.notes:  # what slows this launch, said once, as it starts to train
+            print(note, file=sys.stderr)
+        self.notes = []
         if self.delivery is None:
             self.delivery = BackgroundDelivery(self.parent).start()
         t0 = time.time()

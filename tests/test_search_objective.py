@@ -166,6 +166,16 @@ def _study(multi):
     return study
 
 
+def optuna_trial_like(study):
+    """A fifth finished trial like the study's first."""
+    import optuna
+
+    first = study.trials[0]
+    return optuna.trial.create_trial(params=first.params, distributions=first.distributions,
+                                     values=[400.0] * len(first.values),
+                                     user_attrs={"phase": "grokking"})
+
+
 def test_pareto_front_history_and_importances_data():
     from grokray.search.artifacts import history_info, importances, pareto_info
 
@@ -204,6 +214,11 @@ def test_parent_run_gets_best_params_importances_history_and_pareto(tmp_path):
         else:
             assert data.metrics["best/time_to_generalize"] == 200
             assert float(data.params["best.optim.decoder.lr"]) == 3e-3 and data.tags["grokray.search.best_trial"] == "1"
+    again = _study(True)  # issue 61: a resumed search's second close is a point of its own, at the study's size
+    again.add_trial(optuna_trial_like(again))
+    log_parent_results(Store(f"sqlite:///{tmp_path}/mlflow.db"), run, again, cfg)
+    history = client.get_metric_history(run, "search/completed")
+    assert [(m.step, m.value) for m in history] == [(4, 4.0), (5, 5.0)]
     one = client.create_run(exp).info.run_id  # fewer than 2 completed trials: importances say so, nothing fails
     cfg = parse_search(load_spec(TOY))
     import optuna

@@ -245,7 +245,9 @@ def log_parent_results(store, run_id: str, study, cfg) -> list[str]:
     metrics, params, tags = parent_summary(study, cfg)
     # Params are immutable in MLflow: a resumed study with a new best keeps it in tags and best_params.json.
     existing = store.run(run_id).params
-    store.log_batch(run_id, metrics, {k: v for k, v in params.items() if k not in existing}, tags)
+    # at the study's size: each close of a stopped and resumed search is its own point (all were at step 0)
+    store.log_batch(run_id, metrics, {k: v for k, v in params.items() if k not in existing}, tags,
+                    step=len(study.trials))
     with tempfile.TemporaryDirectory() as d:
         files = write_results(study, cfg, Path(d))
         for f in files:

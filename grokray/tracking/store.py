@@ -137,10 +137,10 @@ class Store:
         retry(self.client.set_tag, run_id, key, value)
 
     def log_batch(self, run_id: str, metrics: dict[str, float], params: dict | None = None,
-                  tags: dict | None = None) -> None:
-        """Metrics (at step 0, now), params and tags in as few calls as MLflow's limits allow."""
+                  tags: dict | None = None, step: int = 0) -> None:
+        """Metrics (at `step`, now), params and tags in as few calls as MLflow's limits allow."""
         now = int(time.time() * 1000)
-        log_metrics(self.client, run_id, [Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags,
+        log_metrics(self.client, run_id, [Metric(k, float(v), now, step) for k, v in metrics.items()], tags=tags,
                     params=params)
 
     def log_artifact(self, run_id: str, local: str | Path, artifact_dir: str) -> None:

@@ -97,16 +97,16 @@ def build_start(config) -> dict:
 
 
 def test_the_generic_liu_toy_reproduces_the_built_in_toys_phases():
-    """The quickstart grid at smoke scale (lr 1e-4 and 1e-2 x decay 0, 2, 5, 10), at 1,000 steps and seeds 1-2 (at
+    """The quickstart grid at smoke scale (lr 1e-4 and 1e-2 x decay 0, 2, 5, 10, seed 1), at 1,000 steps (at
     the preset's 300 steps nearly every cell is still undecided): the toy written as a plain module
     (userpkg.models.LiuToy, drawn as the built-in family draws) gives every configuration the built-in's phase,
     and its crossing steps within a few steps (another order of float operations rounds differently)."""
     generic = {"name": "module", "factory": "userpkg.models:LiuToy", "loss": "target_vectors",
                "groups": {"embedding": ["embed"], "decoder": ["weights.*", "biases.*"]}}
-    over = ["train.steps=1000", "phases.budget=1000", "seeds=[1,2]"]
+    over = ["train.steps=1000", "phases.budget=1000"]
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", over, scale="smoke")
     builtin, ours = spec.trials(), build_spec({**spec.raw, "model": generic}).trials()
-    assert len(ours) == len(builtin) == 16
+    assert len(ours) == len(builtin) == 8
     a, b = make_trainer(builtin), make_trainer(ours)
     a.run()
     b.run()

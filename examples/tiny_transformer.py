@@ -9,7 +9,7 @@ class TinyTransformer(nn.Module):
     def __init__(self, vocab_size, out_features, seq_len=2, d_model=32, n_heads=4, d_mlp=128):
         super().__init__()  # vocab_size, out_features and seq_len come from the task
         self.embed = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.embed.weight, std=d_model**-0.5)  # torch's N(0, 1) would delay grokking
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)  # N(0, 1/d), as grokray's transformer starts
         self.pos = nn.Parameter(torch.randn(seq_len, d_model) * d_model**-0.5)
         self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)

@@ -1,5 +1,6 @@
 """Your own model and task through the launch (issue 60): `grokray run` on a private Ray with a real MLflow store,
-a user package that lives outside grokray (tests/fixtures/userpkg), then `grokray analyze`; in the slow tier, a
+a user package that lives outside grokray (tests/fixtures/userpkg), then `grokray analyze` (`make library`); in the
+slow tier, a
 Ctrl-C'd run resumed without training a finished configuration again, and `grokray search` on the same code.
 """
 
@@ -42,6 +43,7 @@ def _children(uri, name="userdemo"):
                               max_results=1000)
 
 
+@pytest.mark.library  # CI's `make library` (25 s): the default suite stays under 15 minutes
 def test_a_sweep_of_the_users_own_module_and_data_on_ray_and_mlflow(tmp_path):
     """The driver imports userpkg from a directory that is neither the working directory nor on PYTHONPATH, so a
     Tune worker (which runs in its trial's folder) finds it only through the code paths its context carries."""

@@ -222,12 +222,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     comparison = other_label = None
     other_read: list[LaunchRead] = []
     if compare_to is not None:
-        try:
-            other = _load(compare_to, tracking_uri)
-        except (KeyError, ValueError) as exc:  # the other launch could not be read: --compare's input, not ours
-            raise AnalysisError(COMPARED, str(exc).strip("'\"")) from None
-        other_label = _label(compare_to, tracking_uri)
-        other_read = launches_read(other, tracking_uri)
+        other, other_label, other_read = _compared(compare_to, tracking_uri)
         told += _allowed(MixedLaunches(COMPARISON, f"the comparison with {other_label}",
                                        differences(read, other_read)), mixed)
         comparison = compare(df, other, x, y)
@@ -238,17 +233,29 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         reps, more = _representation_files(df, tracking_uri, out, max_figures)
         files += more
 
-    parent = parent_run_id
-    if parent is None:
-        ids = list(df["parent_run_id"].dropna().unique())
-        parent = ids[0] if len(ids) == 1 else (parent_runs(experiment, tracking_uri)["run_id"].iloc[0] if ids
-                                                else None)
+    parent = parent_run_id or _logged_on(df, experiment, tracking_uri)
     if log and parent is not None:
         store = open_store(tracking_uri)
         for f in files:
             store.log_artifact(parent, f, ARTIFACT_DIR)
     return Analysis(df, grid, counts, parent if log else None, files, comparison, other_label, reps, read,
                     other_read, told)
+
+
+def _compared(compare_to: str, tracking_uri: str | None) -> tuple[pd.DataFrame, str, list[LaunchRead]]:
+    """The launch to compare with: its runs, its label and what was read (AnalysisError COMPARED if it cannot be
+    read: --compare's input, not the analysed launch's)."""
+    try:
+        other = _load(compare_to, tracking_uri)
+    except (KeyError, ValueError) as exc:
+        raise AnalysisError(COMPARED, str(exc).strip("'\"")) from None
+    return other, _label(compare_to, tracking_uri), launches_read(other, tracking_uri)
+
+
+def _logged_on(df: pd.DataFrame, experiment: str | None, tracking_uri: str | None) -> str | None:
+    """The parent run an experiment's analysis is logged on: its one launch, else the latest."""
+    ids = list(df["parent_run_id"].dropna().unique())
+    return ids[0] if len(ids) == 1 else (parent_runs(experiment, tracking_uri)["run_id"].iloc[0] if ids else None)
 
 
 def _comparison_files(comparison: Comparison, labels: tuple[str, str], out: Path) -> list[Path]:

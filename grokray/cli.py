@@ -130,10 +130,8 @@ def _run(args) -> int:
     options = _launch_options(args)
     if args.dry_run:
         from .plan.dry_run import estimate
-        from .run.options import check_local_gpu_request
 
-        if not options.joins_a_cluster():  # what the launch would refuse, the dry-run refuses
-            check_local_gpu_request(spec.resources.gpu)
+        options.check_local_gpu_share(spec.resources.gpu)  # what the launch would refuse, the dry-run refuses
         gpus = local_gpu_count()  # this machine's cards, if it has any
         plan = expand(spec, slots=local_slots(spec, gpus=gpus))
         est = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, args.spec, gpus=gpus)
@@ -182,13 +180,11 @@ def _search_dry_run(spec, cfg, args) -> int:
     from .plan.dry_run import estimate
     from .plan.estimate import plan_budget
     from .run.cluster import resolve_storage
-    from .run.options import check_local_gpu_request
     from .search.config import search_plan
     from .search.study import resume_line
     from .terminal import search_plan_lines
 
-    if not _launch_options(args).joins_a_cluster():  # what the launch would refuse, the dry-run refuses
-        check_local_gpu_request(spec.resources.gpu)
+    _launch_options(args).check_local_gpu_share(spec.resources.gpu)  # what the launch would refuse, the dry-run too
     n = args.n_trials if args.n_trials is not None else cfg.n_trials
     resumes = [resume_line(spec, cfg, resolve_storage(args.storage))] if args.resume else []  # or its SpecError
     plan = search_plan(spec, n)
@@ -234,23 +230,19 @@ def _ui(args) -> int:
 
 
 def _atlas_places(args) -> None:
-    """Where the atlas writes, checked before a piece trains: its pages' folder, and for a run the tracking URI
-    and the storage (`-o /proc/x` trained a whole piece, then failed writing its page)."""
+    """Where the atlas writes, checked before a piece trains: its pages' folder, and for a run what its pieces'
+    launches check (`-o /proc/x` trained a whole piece, then failed writing its page)."""
     from pathlib import Path
 
-    from .run.options import DEFAULT_STORAGE
-    from .tracking.uri import resolve_tracking_uri, tracking_uri_problem, writable_dir_problem
+    from .tracking.uri import writable_dir_problem
 
     mistakes = Mistakes()
-    places = [("-o", writable_dir_problem(Path(args.output).resolve()))]
+    with mistakes.check():
+        if problem := writable_dir_problem(Path(args.output).resolve()):
+            raise SpecError("-o", problem)
     if not args.pages_only:
-        places += [("--tracking-uri", tracking_uri_problem(resolve_tracking_uri(args.tracking_uri)))]
-        if args.storage is None or "://" not in args.storage:
-            places += [("--storage", writable_dir_problem(Path(args.storage or DEFAULT_STORAGE).resolve()))]
-    for flag, problem in places:
-        if problem:
-            with mistakes.check():
-                raise SpecError(flag, problem)
+        with mistakes.check():
+            _launch_options(args).validate()  # the tracking URI, the storage, a Ray address
     mistakes.raise_any()
 
 

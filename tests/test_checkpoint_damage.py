@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from test_reliability import children
 
 from grokray.engine import CheckpointDamaged, load_checkpoint, make_trainer, save_checkpoint
 from grokray.engine.result import digest_path
@@ -67,13 +68,6 @@ def test_a_checkpoint_written_before_digests_still_loads(tmp_path):
         load_checkpoint(make_trainer(configs), path)
 
 
-def _children(uri):
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("quickstart")
-    return client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",
-                              max_results=1000) if exp else []
-
-
 @pytest.mark.slow
 def test_resume_after_every_checkpoint_was_damaged_trains_from_step_0_and_says_so(tmp_path):
     """Stopped mid-sweep, every pack checkpoint Tune holds overwritten with garbage, then `--resume`: on main at
@@ -106,7 +100,7 @@ def test_resume_after_every_checkpoint_was_damaged_trains_from_step_0_and_says_s
     assert "Traceback" not in resumed.stderr and "UnpicklingError" not in resumed.stdout
     assert list((tmp_path / "results").glob("quickstart_*/**/*.pack.pt.damaged"))
     client = MlflowClient(uri)
-    runs = _children(uri)
+    runs = children(uri)
     assert len(runs) == 8 and all(r.info.status == "FINISHED" and "grokray.phase" in r.data.tags for r in runs)
     for run in runs:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
+from test_reliability import children
 
 ROOT = Path(__file__).resolve().parents[1]
 USERPKG = ROOT / "tests" / "fixtures" / "userpkg"
@@ -34,15 +35,6 @@ def _env():
     return {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
 
 
-def _children(uri, name="userdemo"):
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name(name)
-    if exp is None:
-        return []
-    return client.search_runs([exp.experiment_id], filter_string="tags.`grokray.role` = 'configuration'",
-                              max_results=1000)
-
-
 @pytest.mark.library  # CI's `make library` (25 s): the default suite stays under 15 minutes
 def test_a_sweep_of_the_users_own_module_and_data_on_ray_and_mlflow(tmp_path):
     """The driver imports userpkg from a directory that is neither the working directory nor on PYTHONPATH, so a
@@ -57,11 +49,11 @@ def test_a_sweep_of_the_users_own_module_and_data_on_ray_and_mlflow(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "8 configurations in 4 packs" in done.stdout
-    children = _children(uri)
-    assert len(children) == 8
+    runs = children(uri, "userdemo")
+    assert len(runs) == 8
     client = MlflowClient(uri)
     widths = set()
-    for run in children:
+    for run in runs:
         assert run.data.tags["grokray.phase"] in ("comprehension", "grokking", "memorization", "confusion")
         assert run.info.status == "FINISHED"
         history = client.get_metric_history(run.info.run_id, "val/acc")
@@ -94,20 +86,20 @@ def test_a_ctrl_c_then_resume_trains_no_finished_configuration_again_and_search_
     while True:  # stop once one pack finished and the next one logs
         assert first.poll() is None, first.stdout.read()
         assert time.time() < deadline, "the sweep did not progress"
-        runs = _children(uri) if list((tmp_path / "results").glob("userdemo_*")) else []
+        runs = children(uri, "userdemo") if list((tmp_path / "results").glob("userdemo_*")) else []
         finished = [r for r in runs if "grokray.phase" in r.data.tags]
         if len(finished) >= 4 and any(r.data.metrics for r in runs if r not in finished):
             break
         time.sleep(0.5)
     first.send_signal(signal.SIGINT)
     out, _ = first.communicate(timeout=120)
-    done_before = {r.data.tags["grokray.trial_key"]: r.info.end_time for r in _children(uri)
+    done_before = {r.data.tags["grokray.trial_key"]: r.info.end_time for r in children(uri, "userdemo")
                    if "grokray.phase" in r.data.tags}
     assert 4 <= len(done_before) < 8, out[-3000:]
     resumed = subprocess.run([*args, "--resume", "--progress", "never"], cwd=USERPKG, env=_env(),
                              capture_output=True, text=True, timeout=400)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    after = {r.data.tags["grokray.trial_key"]: r for r in _children(uri)}
+    after = {r.data.tags["grokray.trial_key"]: r for r in children(uri, "userdemo")}
     assert len(after) == 8 and all("grokray.phase" in r.data.tags for r in after.values())
     for key, end in done_before.items():
         assert after[key].info.end_time == end  # not trained again
@@ -120,7 +112,7 @@ def test_a_ctrl_c_then_resume_trains_no_finished_configuration_again_and_search_
                                "--storage", str(tmp_path / "results"), "--progress", "never"], cwd=USERPKG,
                               env=_env(), capture_output=True, text=True, timeout=400)
     assert searched.returncode == 0, searched.stdout[-3000:] + searched.stderr[-3000:]
-    trials = _children(uri, "usersearch")
+    trials = children(uri, "usersearch")
     assert len(trials) == 3 and all("grokray.phase" in r.data.tags for r in trials)
     lrs = {float(r.data.params["optim.all.lr"]) for r in trials}
     assert len(lrs) == 3 and all(1e-3 <= lr <= 3e-2 for lr in lrs)

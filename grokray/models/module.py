@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from ..config import bounded, unknown_key_error
+from ..config import bounded, to_dict, unknown_key_error
 from ..errors import SpecError
 from ..user_code import import_reference
 from . import MODELS
@@ -36,8 +36,6 @@ STATEFUL_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm
                   torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d)
 DROPOUT = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
            torch.nn.FeatureAlphaDropout)
-# Facts about the task a factory receives when its signature names them (and the spec's kwargs do not).
-TASK_FACTS = ("out_features", "num_classes", "vocab_size", "seq_len", "in_features")
 ONE_GROUP = "all"
 REST_GROUP = "rest"
 
@@ -124,8 +122,7 @@ def build_module(cfg: ModuleConfig, data, gen: torch.Generator | None = None) ->
                         f"{type(exc).__name__}: {exc}") from None
     if not isinstance(module, torch.nn.Module):
         raise SpecError("model.factory", f"{cfg.factory}(**{dict(sorted(kwargs.items()))}) returned a "
-                        f"{type(module).__name__}; expected "
-                        "a torch.nn.Module")
+                        f"{type(module).__name__}; expected a torch.nn.Module")
     return module
 
 
@@ -170,14 +167,15 @@ class Functional:
 _checked: dict[str, None] = {}
 
 
-def check_module(cfg: ModuleConfig, task, data) -> None:
-    """What a pack needs of the module, checked once per (factory, kwargs, task) before anything starts: it builds,
-    has parameters, keeps no running statistics, its groups match parameters, and two members' forward on two
-    rows gives [2, 2, out]."""
-    key = json.dumps([cfg.factory, cfg.kwargs, cfg.groups, cfg.loss, cfg.target_dim, task.registry_name,
-                      tuple(data.x.shape), str(data.x.dtype), data.num_classes], sort_keys=True, default=str)
+def check_module(cfg: ModuleConfig, task) -> None:
+    """What a pack needs of the module, checked once per model and task configuration before anything starts (every
+    configuration of a sweep is parsed, so the task's data is built only for one not checked yet): it builds, has
+    parameters, keeps no running statistics, its groups match parameters, and two members' forward on two rows
+    gives [2, 2, out]."""
+    key = json.dumps([to_dict(cfg), to_dict(task)], sort_keys=True, default=str)
     if key in _checked:
         return
+    data = task.data()
     module = build_module(cfg, data)
     for name, sub in module.named_modules():
         if isinstance(sub, STATEFUL_NORMS) and getattr(sub, "track_running_stats", False):
@@ -217,11 +215,15 @@ class ModuleFamily(PackedModel):
         "optim": {"default": {"name": "adamw", "lr": 1e-2}},
     }
     groups = (ONE_GROUP,)  # without model.groups; groups_for gives a configuration's own
-    joint_forward = True  # held-out rows forward without a backward: a user's model may be a transformer
+    # one forward over every point each full-batch step, as the MLP families (measured faster for the toy model; a
+    # user's transformer pays a backward over its held-out rows)
+    joint_forward = True
 
     def __init__(self, configs, data, seeds, init_scales, dtype=torch.float32, device="cpu"):
         self.groups = module_groups(configs[0])
         self._modules_built: list[torch.nn.Module] = []
+        self._params: tuple = (None, {})  # (the leaves they view, {name: stacked parameter}): rebuilt on compaction
+        self._training: bool | None = None  # the module's mode now: Module.train walks every submodule
         super().__init__(configs, data, seeds, init_scales, dtype, device)
 
     @classmethod
@@ -230,7 +232,7 @@ class ModuleFamily(PackedModel):
 
     @staticmethod
     def check_task(model, task, path):
-        check_module(model, task, task.data())
+        check_module(model, task)
 
     @staticmethod
     def cross_entropy(model, task) -> bool:
@@ -268,11 +270,16 @@ class ModuleFamily(PackedModel):
     def forward(self, x, rng=None):
         # train mode but for a dropout model's measuring forwards (eval mode would also route attention to torch's
         # fused inference kernels, which vmap runs member by member and autograd cannot differentiate)
-        self.functional.module.train(torch.is_grad_enabled() or not self.uses_dropout)
-        params = {name: self.p(name) for name in self.layout}
+        training = torch.is_grad_enabled() or not self.uses_dropout
+        if training != self._training:
+            self.functional.module.train(training)
+            self._training = training
+        if self._params[0] is not self.leaves:
+            self._params = (self.leaves, {name: self.p(name) for name in self.layout})
+        params = self._params[1]
         if rng is not None and self.uses_dropout:  # this step's masks: each member its own, from the pack's streams
             with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-                torch.manual_seed(int(rng.rand((), torch.float64, "cpu").sum().item() * 2**52))
+                torch.manual_seed(int(rng.rand((), torch.float64, x.device).sum().item() * 2**52) % 2**63)
                 out = self.functional(params, self.member_buffers, x)
         else:
             out = self.functional(params, self.member_buffers, x)

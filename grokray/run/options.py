@@ -35,8 +35,11 @@ class LaunchOptions:
     parent_tags: dict[str, str] = field(default_factory=dict)  # extra tags on the parent run (e.g. the atlas's)
     resume_command: str = ""  # the shell command that continues this launch (the CLI's, with its -s flags)
 
-    def joins_a_cluster(self) -> bool:
-        return bool(self.address or os.environ.get("RAY_ADDRESS"))
+    def check_local_gpu_share(self, gpu: float) -> None:
+        """What the launch refuses of a GPU share, for a dry-run (which starts no Ray): without a cluster to join,
+        this machine's torch must serve it (run.cluster.check_gpu_request is the launch's)."""
+        if not (self.address or os.environ.get("RAY_ADDRESS")):
+            check_local_gpu_request(gpu)
 
     def validate(self) -> None:
         """Every option checked before Ray starts or MLflow is written; all mistakes at once (SpecError names

@@ -67,6 +67,48 @@ def _load(path: str | None, stamp: tuple, factory: str | None, kwargs_json: str)
                     "dict of named arrays")
 
 
+def _arrays(raw: dict, source: str, inputs: str, labels: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs and labels of the raw named arrays, with the names the spec gives them."""
+    named = {k: v for k, v in raw.items() if k != "__pair__"}
+    pair = raw.get("__pair__", False)
+    for key, which in (("inputs", inputs), ("labels", labels)):
+        if not pair and which not in named:
+            raise SpecError(f"task.{key}", f"{source} has no array {which!r}; it has: "
+                            f"{', '.join(map(str, named)) or 'none'}")
+    x = _as_tensor(named["x" if pair else inputs], f"{source}'s inputs", "task.inputs")
+    y = _as_tensor(named["y" if pair else labels], f"{source}'s labels", "task.labels")
+    if y.dim() != 1 or x.dim() < 1 or len(x) != len(y) or len(y) < 2:
+        raise SpecError("task.labels", f"{source}: inputs {tuple(x.shape)} and labels {tuple(y.shape)}; expected "
+                        "inputs [N, ...] and labels [N], N >= 2")
+    return x, y
+
+
+@functools.lru_cache(maxsize=8)
+def _checked_arrays(path, stamp, factory, kwargs_json, inputs, labels, num_classes) -> tuple:
+    """(x, y, classes, vocab): symbol ids or float64 features, classes or float64 targets, each value checked."""
+    source = f"{path!r}" if path is not None else f"{factory!r}'s result"
+    x, y = _arrays(_load(path, stamp, factory, kwargs_json), source, inputs, labels)
+    x = x.double() if x.is_floating_point() else x.long()
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise SpecError("task.inputs", "the inputs hold NaN or infinite values")
+    classes = None
+    if y.is_floating_point():
+        if not bool(torch.isfinite(y).all()):
+            raise SpecError("task.labels", "the labels hold NaN or infinite values")
+        y = y.double()
+    else:
+        y = y.long()
+        if int(y.min()) < 0:
+            raise SpecError("task.labels", f"integer labels are classes 0..C-1; got {int(y.min())}")
+        classes = num_classes or int(y.max()) + 1
+        if classes <= int(y.max()):
+            raise SpecError("task.num_classes", f"got {classes}; the labels reach {int(y.max())}")
+    vocab = int(x.max()) + 1 if not x.is_floating_point() and x.numel() else None
+    if vocab is not None and int(x.min()) < 0:
+        raise SpecError("task.inputs", f"integer inputs are symbol ids >= 0; got {int(x.min())}")
+    return x, y, classes, vocab
+
+
 @TASKS.register("dataset")
 @dataclass
 class DatasetTask(SplitTask):
@@ -94,49 +136,22 @@ class DatasetTask(SplitTask):
         data = self.data()
         self.validate_split(path, len(data.y))
 
-    def _arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _checked(self) -> tuple:
+        """(x, y, classes, vocab): the arrays read and checked once per file version or factory call and fields
+        (every configuration of a sweep parses its task: a large array is not scanned again for each)."""
         stamp = ()
         if self.path is not None:
             stat = Path(self.path).stat()
             stamp = (stat.st_size, stat.st_mtime_ns)
-        raw = _load(self.path, stamp, self.factory, json.dumps(self.kwargs, sort_keys=True, default=str))
-        source = f"{self.path!r}" if self.path is not None else f"{self.factory!r}'s result"
-        named = {k: v for k, v in raw.items() if k != "__pair__"}
-        pair = raw.get("__pair__", False)
-        for key, which in (("inputs", self.inputs), ("labels", self.labels)):
-            if not pair and which not in named:
-                raise SpecError(f"task.{key}", f"{source} has no array {which!r}; it has: "
-                                f"{', '.join(map(str, named)) or 'none'}")
-        x = _as_tensor(named["x" if pair else self.inputs], f"{source}'s inputs", "task.inputs")
-        y = _as_tensor(named["y" if pair else self.labels], f"{source}'s labels", "task.labels")
-        if y.dim() != 1 or x.dim() < 1 or len(x) != len(y) or len(y) < 2:
-            raise SpecError("task.labels", f"{source}: inputs {tuple(x.shape)} and labels {tuple(y.shape)}; expected "
-                            "inputs [N, ...] and labels [N], N >= 2")
-        return x, y
+        return _checked_arrays(self.path, stamp, self.factory, json.dumps(self.kwargs, sort_keys=True, default=str),
+                               self.inputs, self.labels, self.num_classes)
 
     def data(self) -> TaskData:
-        x, y = self._arrays()
-        x = x.double() if x.is_floating_point() else x.long()
-        if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-            raise SpecError("task.inputs", "the inputs hold NaN or infinite values")
-        if y.is_floating_point():
-            if not bool(torch.isfinite(y).all()):
-                raise SpecError("task.labels", "the labels hold NaN or infinite values")
-            classes = None
-        else:
-            y = y.long()
-            if int(y.min()) < 0:
-                raise SpecError("task.labels", f"integer labels are classes 0..C-1; got {int(y.min())}")
-            classes = self.num_classes or int(y.max()) + 1
-            if classes <= int(y.max()):
-                raise SpecError("task.num_classes", f"got {classes}; the labels reach {int(y.max())}")
-        vocab = int(x.max()) + 1 if not x.is_floating_point() and x.numel() else None
-        if vocab is not None and int(x.min()) < 0:
-            raise SpecError("task.inputs", f"integer inputs are symbol ids >= 0; got {int(x.min())}")
+        x, y, classes, vocab = self._checked()
         meta = {"tolerance": self.tolerance} if classes is None else {}
-        return TaskData(x=x, y=y.double() if classes is None else y, num_classes=classes, vocab_size=vocab, meta=meta)
+        return TaskData(x=x, y=y, num_classes=classes, vocab_size=vocab, meta=meta)
 
     @property
     def symbolic(self) -> bool:
         """Integer inputs are symbol ids (what models with embedding tables need)."""
-        return not self._arrays()[0].is_floating_point()
+        return not self._checked()[0].is_floating_point()

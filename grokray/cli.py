@@ -234,14 +234,17 @@ def _atlas_places(args) -> None:
     launches check (`-o /proc/x` trained a whole piece, then failed writing its page)."""
     from pathlib import Path
 
+    from .tracking.client import existing_store
     from .tracking.uri import writable_dir_problem
 
     mistakes = Mistakes()
     with mistakes.check():
         if problem := writable_dir_problem(Path(args.output).resolve()):
             raise SpecError("-o", problem)
-    if not args.pages_only:
-        with mistakes.check():
+    with mistakes.check():
+        if args.pages_only:  # a reading command: the store must be there (never made empty)
+            existing_store(args.tracking_uri)
+        else:
             _launch_options(args).validate()  # the tracking URI, the storage, a Ray address
     mistakes.raise_any()
 

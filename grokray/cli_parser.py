@@ -102,6 +102,17 @@ def _add_search(sub, handlers, tracking, launching) -> None:
     search.set_defaults(func=handlers["search"])
 
 
+def _port(text: str) -> int:
+    """A TCP port, 1 to 65535 (socket's own error for 70000 was a traceback)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port; give a number from 1 to 65535") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"got {port}; a port is from 1 to 65535")
+    return port
+
+
 def _add_ui(sub, handlers, tracking) -> None:
     ui = sub.add_parser("ui", parents=[tracking],
                         help="MLflow's UI on this store (or --optuna: a search's study in optuna-dashboard), on "
@@ -109,7 +120,7 @@ def _add_ui(sub, handlers, tracking) -> None:
     ui.add_argument("--experiment", default=None, metavar="NAME",
                     help="the experiment to open (default: the one with the latest sweep)")
     ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine only)")
-    ui.add_argument("--port", type=int, default=None, help="port (default: 5000; with --optuna 8080)")
+    ui.add_argument("--port", type=_port, default=None, help="port (default: 5000; with --optuna 8080)")
     ui.add_argument("--optuna", default=None, metavar="JOURNAL", help="serve the study journal grokray search "
                     "wrote, with optuna-dashboard (pip install -e '.[dashboard]')")
     ui.set_defaults(func=handlers["ui"])

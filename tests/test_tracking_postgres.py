@@ -48,7 +48,12 @@ def test_the_cluster_recipe_reaches_postgres_with_the_pgpass_password_only(tmp_p
         monkeypatch.setenv("PGPASSFILE", str(tmp_path / "missing"))
         with pytest.raises(psycopg.OperationalError, match="password"):  # the role needs its password over TCP
             psycopg.connect(host="127.0.0.1", port=pg.port, user="mlflow", dbname="mlflow").close()
+        from grokray.tracking.uri import database_problem  # issue 61: the launch's check, one line, no password
+
+        refused = database_problem(f"postgresql+psycopg://mlflow:wrong-{password}@127.0.0.1:{pg.port}/mlflow")
+        assert refused.startswith("cannot open the database") and "password" in refused and password not in refused
         monkeypatch.setenv("PGPASSFILE", str(pgpass))
+        assert database_problem(backend) is None
         with MlflowServer(tmp_path / "b", backend, workers=2) as server:
             client = MlflowClient(server.url)
             run = client.create_run(client.create_experiment("recipe"))

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from ..errors import SpecError
 from ..phases import counted_phase
 from .schema import PHASE_TAG, TRIAL_KEY_TAG, parent_filter
-from .uri import local_store_path, resolve_tracking_uri, scheme_problem
+from .uri import database_problem, local_store_path, resolve_tracking_uri, scheme_problem
 
 MAX_METRICS = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
 MAX_PARAMS_TAGS = 100  # mlflow.utils.validation.MAX_PARAMS_TAGS_PER_BATCH
@@ -47,7 +47,7 @@ def existing_store(uri: str | None) -> str:
     """The resolved URI of a store that already exists. Reading commands (analyze, atlas --pages-only, ui) call
     it first: opening a missing SQLite file or directory through MLflow would create an empty store there."""
     resolved = resolve_tracking_uri(uri)
-    if problem := scheme_problem(resolved):
+    if problem := scheme_problem(resolved) or database_problem(resolved):
         raise SpecError("--tracking-uri", problem)
     path = local_store_path(resolved)
     if path is not None and not path.exists():

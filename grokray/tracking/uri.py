@@ -93,10 +93,41 @@ def scheme_problem(uri: str) -> str | None:
     return None
 
 
+DATABASES = {"postgresql": "pip install -e '.[postgres]'", "mysql": "pip install mysqlclient (or pymysql, with "
+             "mysql+pymysql://)", "mssql": "pip install pyodbc"}  # scheme -> how to install its driver
+
+
+def database_problem(uri: str, timeout_s: int = 3) -> str | None:
+    """Why a database URI (postgresql://, mysql://, mssql://) cannot be opened now, or None; asked with a short
+    timeout. A launch writes its parent run to the database before anything trains, so a closed port or a wrong
+    password is said in one line here (it was a hang, then hundreds of lines); a server (http) instead may be down
+    at the start, and its metrics wait in the spool. SQLAlchemy only: no MLflow import for a dry-run."""
+    scheme = urlsplit(uri).scheme.split("+")[0].lower() if "://" in uri else ""
+    if scheme not in DATABASES:
+        return None
+    try:
+        import sqlalchemy
+
+        url = sqlalchemy.engine.make_url(uri)
+    except Exception as exc:  # noqa: BLE001 - a URL SQLAlchemy cannot read
+        return f"not a database URL ({exc}); e.g. postgresql://USER@HOST:5432/DB"
+    args = {"connect_timeout": timeout_s} if scheme in ("postgresql", "mysql") else {}
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
+        with engine.connect():
+            return None
+    except ModuleNotFoundError as exc:
+        return f"no {scheme} driver is installed ({exc.name}): {DATABASES[scheme]}"
+    except Exception as exc:  # noqa: BLE001 - any driver's refusal, said in its own first line
+        said = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return (f"cannot open the database {url.render_as_string(hide_password=True)}: "
+                f"{said[0] if said else type(exc).__name__}")
+
+
 def tracking_uri_problem(uri: str) -> str | None:
     """What is wrong with a resolved tracking URI before anything is written to it, or None: a scheme MLflow
     offers grokray, a server's host, and a local store's folder (which must exist: it is not made for you)."""
-    problem = scheme_problem(uri)
+    problem = scheme_problem(uri) or database_problem(uri)
     if problem:
         return problem
     path = local_store_path(uri)

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from .run.signals import STOP_BEAT_ENV
+from .run.signals import STOP_BEAT_ENV, is_closed
 
 SUPERVISED_ENV = "GROKRAY_SUPERVISED"  # set in the driver the supervisor started
 SUPERVISE_ENV = "GROKRAY_SUPERVISE"  # "0": run the driver in this process
@@ -43,7 +43,8 @@ def wanted(args) -> bool:
 def supervise(argv: list[str], command: list[str] | None = None) -> int:
     """Run `grokray argv` as the driver in a new session; pass stop signals on; clean its session up after.
     After a stop signal the driver is killed once it has gone GROKRAY_STOP_WAIT_S without a beat (its close
-    touches a file per page of runs: run.signals.stop_beat), not after a fixed time from the signal."""
+    touches a file per page of runs: run.signals.stop_beat), not after a fixed time from the signal. A signal after
+    the driver closed its record (run.signals.ignore_stops) is not passed on: the launch ends as it would have."""
     fd, beat = tempfile.mkstemp(prefix="grokray-stop-beat-")
     os.close(fd)
     driver = subprocess.Popen([*(command or [sys.executable, "-m", "grokray"]), *argv],
@@ -51,6 +52,8 @@ def supervise(argv: list[str], command: list[str] | None = None) -> int:
     stopping: list[float] = []
 
     def pass_on(signum, frame):
+        if is_closed(beat):  # the launch is closed: a stop changes nothing, and the driver exits as it ends
+            return
         stopping.append(time.time())
         try:  # a hang-up (the terminal closed) stops the launch as SIGTERM does, cleanly
             os.kill(driver.pid, signal.SIGTERM if signum == signal.SIGHUP else signum)

@@ -39,13 +39,34 @@ def stops_end(event: threading.Event) -> threading.Event:
     return event
 
 
+CLOSED = "closed"  # what the beat file holds once the launch's record is closed
+
+
 def ignore_stops() -> None:
     """A launch's record is closed: SIGINT and SIGTERM have nothing left to stop until Ray is down and the CLI has
     said how it ended, so they are ignored (a stop in those last seconds turned exit 0 into 143, the phase table
-    unprinted). take_stops() restores them."""
+    unprinted), and the supervisor is told not to pass them on: ray.shutdown() resets SIGTERM to the default in
+    C, under Python's handler, so only a signal that never reaches the driver is safe. Called again after
+    ray.shutdown(); take_stops() restores them."""
+    path = os.environ.get(STOP_BEAT_ENV)
+    if path:
+        try:
+            with open(path, "w") as fh:
+                fh.write(CLOSED)
+        except OSError:  # the supervisor is gone, or its file is
+            pass
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def is_closed(beat_path: str) -> bool:
+    """Whether the driver behind this beat file has closed its launch's record (the supervisor asks)."""
+    try:
+        with open(beat_path) as fh:
+            return fh.read() == CLOSED
+    except OSError:
+        return False
 
 
 def take_stops() -> None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from grokray.tracking.parent import left_by_dead_driver
+
 from .errors import AnalysisError
 from .load import open_store
 
@@ -35,6 +37,7 @@ class LaunchRead:
     runs: int
     setup: dict  # {"budget": (5000,), "threshold": (0.9,), ...}: the values its runs have
     seeds: tuple
+    left_running: str = ""  # the line for a launch a dead driver left RUNNING (tracking.parent.left_by_dead_driver)
 
     def describe(self) -> str:
         values = ", ".join(f"{name} {'/'.join(f'{v:g}' for v in vals)}" for name, vals in self.setup.items() if vals)
@@ -65,13 +68,13 @@ def launches_read(df: pd.DataFrame, tracking_uri: str | None) -> list[LaunchRead
         rows = df[df["parent_run_id"] == pid]
         try:
             run = store.run(pid)
-            label, start_ms = launch_label(run), run.start_ms or 0
+            label, start_ms, left = launch_label(run), run.start_ms or 0, left_by_dead_driver(run) or ""
         except Exception:  # noqa: BLE001 - a name is no reason to fail an analysis
-            label, start_ms = f"run {pid[:8]}", 0
+            label, start_ms, left = f"run {pid[:8]}", 0, ""
         seeds = tuple(sorted(int(s) for s in pd.to_numeric(rows.get("seed", pd.Series(dtype=float)),
                                                             errors="coerce").dropna().unique()))
-        out.append((start_ms, LaunchRead(pid, label, len(rows), {name: _values(rows, col)
-                                                                 for col, name in SETUP.items()}, seeds)))
+        setup = {name: _values(rows, col) for col, name in SETUP.items()}
+        out.append((start_ms, LaunchRead(pid, label, len(rows), setup, seeds, left)))
     return [launch for _, launch in sorted(out, key=lambda pair: pair[0], reverse=True)]
 
 

@@ -109,6 +109,7 @@ def _cells_text(grid: PhaseGrid) -> str:
 def summary_lines(result: Analysis) -> list[str]:
     """The text `grokray analyze` prints: phase table, the majority phase per cell, the comparison."""
     lines = [f"read: {launch.describe()}" for launch in result.read]
+    lines += [launch.left_running for launch in [*result.read, *result.other_read] if launch.left_running]
     lines += [f"compared with: {launch.describe()}" for launch in result.other_read]
     lines += [f"MIXED (told to mix them): {d}" for d in result.mixed]
     lines += ["" if lines else None, phase_table_text(result.counts), "", _cells_text(result.grid)]

@@ -318,3 +318,32 @@ def test_a_parent_by_its_printed_short_id_and_unknown_sources_are_one_line(store
         assert main(["analyze", *args, "--tracking-uri", store["uri"], "-o", str(tmp_path / "x"), "--no-log"]) == 2
         lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith(f"grokray: error: {flag}:"), lines
+
+
+def test_analyze_names_a_launch_a_dead_driver_left_running(store, tmp_path, capsys):
+    """Issue 61: a SIGKILLed driver left its parent RUNNING with no hint until someone resumed. The reader says
+    so in one line, with how to close it; a live driver's running launch gets no such line."""
+    import socket
+    import subprocess
+    import sys
+
+    from grokray.tracking.schema import DRIVER_TAG
+
+    client, parent = store["client"], store["parent"]
+    run = client.get_run(parent)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that ran and ended: the killed driver's
+    args = ["analyze", "--experiment", "quickstart", "--tracking-uri", store["uri"], "-o", str(tmp_path), "--no-log"]
+    try:
+        client.update_run(parent, status="RUNNING")
+        client.set_tag(parent, DRIVER_TAG, f"{socket.gethostname()}:{os.getpid()}")  # alive: this test's process
+        assert main(args) == 0
+        assert "left RUNNING" not in capsys.readouterr().out
+        client.set_tag(parent, DRIVER_TAG, f"{socket.gethostname()}:{dead.pid}")
+        assert main(args) == 0
+        said = [line for line in capsys.readouterr().out.splitlines() if "left RUNNING" in line]
+        assert len(said) == 1 and f"(pid {dead.pid} on this machine)" in said[0] and parent[:8] in said[0]
+        assert "`grokray run SPEC --resume` continues it" in said[0]
+    finally:
+        client.set_tag(parent, DRIVER_TAG, run.data.tags[DRIVER_TAG])
+        client.set_terminated(parent, run.info.status, run.info.end_time)

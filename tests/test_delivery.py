@@ -256,3 +256,32 @@ def test_a_server_that_accepts_but_does_not_answer_costs_a_send_the_probe_not_th
     finally:
         booting.close()
         proxy.shutdown()
+
+
+def test_replay_names_a_launch_a_dead_driver_left_running(tmp_path, capsys):
+    """Issue 61: a SIGKILLed driver's launch, replayed: its points are delivered, and the parent it never closed
+    is named in one line with how to close it (it stayed RUNNING with no hint)."""
+    import socket
+    import subprocess
+    import sys
+
+    from grokray.tracking.schema import DRIVER_TAG, KIND_TAG, LAUNCH_TAG, NOTE_TAG, PARENT, ROLE_TAG, RUNS_SUMMARY_TAG
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that ran and ended: the killed driver's
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("killed")
+    tags = {ROLE_TAG: PARENT, KIND_TAG: "grid", LAUNCH_TAG: "launch-key-1", NOTE_TAG: "-", RUNS_SUMMARY_TAG: "1",
+            DRIVER_TAG: f"{socket.gethostname()}:{dead.pid}"}
+    parent = client.create_run(exp, run_name="killed sweep", tags=tags).info.run_id
+    child = client.create_run(exp, tags={"mlflow.parentRunId": parent}).info.run_id
+    spool_dir = tmp_path / "undelivered" / "launch-key-1"
+    Spool(spool_dir / "pack-0000-1.jsonl").append(batch(child, range(5), terminate="FINISHED"))
+    assert main(["replay", str(spool_dir), "--tracking-uri", uri]) == 0
+    out, err = capsys.readouterr()
+    assert "replayed 1 of 1 batches (5 of 5 metric points)" in out
+    said = [line for line in err.splitlines() if line.startswith("grokray:")]
+    assert len(said) == 1 and f"'killed sweep' (parent run {parent[:8]})" in said[0], said
+    assert f"pid {dead.pid} on this machine" in said[0] and "--resume` continues it" in said[0]
+    assert client.get_run(child).info.status == "FINISHED" and client.get_run(parent).info.status == "RUNNING"

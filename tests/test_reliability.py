@@ -245,6 +245,7 @@ def test_driver_sigkill_then_resume(tmp_path):
     resumed = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=400, start_new_session=True)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert f"left RUNNING by a driver that died (pid {first.pid})" in resumed.stderr  # issue 61: said, not silent
     spec = load_spec(QUICKSTART, overrides, scale="smoke")
     runs = check_complete(uri, spec)
     starts = {k: opened(r) for k, r in runs.items()}

@@ -99,6 +99,7 @@ def test_the_next_launch_closes_a_parent_a_dead_driver_left_running(tmp_path):
 
     from mlflow.tracking import MlflowClient
 
+    from grokray.tracking.parent import left_by_dead_driver
     from grokray.tracking.schema import DRIVER_TAG
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -115,8 +116,11 @@ def test_the_next_launch_closes_a_parent_a_dead_driver_left_running(tmp_path):
     other = ParentRun(uri, "orphans", str(tmp_path / "other"))
     other.open("grid", "hash1", "another spec", [], [], "name: orphans\n")  # another spec: not this launch's
     client.set_tag(other.run_id, DRIVER_TAG, f"{socket.gethostname()}:{dead.pid}")
-    closed = ParentRun(uri, "orphans", str(tmp_path / "next")).close_orphans("hash0", "grid")
+    closed, left = ParentRun(uri, "orphans", str(tmp_path / "next")).close_orphans("hash0", "grid")
     assert [r.run_id for r in closed] == [runs["dead"][0]]
+    assert [r.run_id for r in left] == [other.run_id]  # issue 61: said (one line, how to close it), not closed
+    line = left_by_dead_driver(left[0])
+    assert f"pid {dead.pid} on this machine" in line and "`grokray run SPEC --resume` continues it" in line
     assert [client.get_run(r).info.status for r in runs["dead"]] == ["KILLED", "KILLED"]
     assert [client.get_run(r).info.status for r in runs["live"]] == ["RUNNING", "RUNNING"]  # its driver runs on
     assert client.get_run(other.run_id).info.status == "RUNNING"

@@ -30,7 +30,7 @@ from ..tracking.background import BackgroundDelivery
 from ..tracking.client import is_transient
 from ..tracking.delivery import pending_points
 from ..tracking.pack_runs import RunTarget
-from ..tracking.parent import ParentRun
+from ..tracking.parent import ParentRun, dead_driver_pid, left_by_dead_driver
 from ..tracking.schema import CONFIGURATIONS_TAG
 from ..tracking.uri import resolve_tracking_uri
 from ..user_code import code_paths
@@ -177,10 +177,13 @@ class Launch:
 
     # -- the parent run ------------------------------------------------------------------------------------------
     def open_parent(self, run_name: str, swept: list[str], log_axes: list[str], tags: dict | None = None) -> str:
-        for orphan in self.parent.close_orphans(self.spec.hash(), self.kind):
+        closed, left = self.parent.close_orphans(self.spec.hash(), self.kind)
+        for orphan in closed:
             print(f"grokray: the {self.kind} launch {launch_title(self.spec.name, orphan.start_ms)} (parent run "
                   f"{orphan.run_id}) was left RUNNING by a driver that died; closed it as KILLED (`--resume` would "
                   "have continued it)", file=sys.stderr)
+        for orphan in left:  # another spec's launch in this experiment: its own --resume closes it
+            print(left_by_dead_driver(orphan), file=sys.stderr)
         spec_text = self.spec.yaml()
         return self.parent.open(self.kind, self.spec.hash(), run_name, swept, log_axes, spec_text,
                                 {**self.options.parent_tags, **(tags or {})})
@@ -199,6 +202,9 @@ class Launch:
         if run is None or (check is not None and not check(run)):
             raise SpecError("--resume", f"no interrupted {self.kind} launch of spec {self.spec.name!r} "
                             f"(hash {self.spec.hash()}) found in {self.uri}; run without --resume")
+        if pid := dead_driver_pid(run):  # said, so a user who thought it was still running knows it was not
+            print(f"grokray: continuing the {self.kind} launch {run.name!r} (parent run {run.run_id[:8]}), left "
+                  f"RUNNING by a driver that died (pid {pid})", file=sys.stderr)
         self.parent.resume(run.run_id)
         return run
 

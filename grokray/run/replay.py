@@ -11,6 +11,7 @@ from ..errors import SpecError
 from ..search.study import LINK_FILE
 from ..tracking.client import existing_store, tracking_client
 from ..tracking.delivery import pending_points, replay_dir, spool_files
+from ..tracking.parent import left_by_dead_driver
 from ..tracking.store import Store
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem
 from .complete import complete_launch
@@ -50,4 +51,6 @@ def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
     parent = complete_launch(spool_dir, uri)
     if parent is not None:
         print(f"the launch's record is complete (parent run {parent}: runs table, description, figures)")
+        if note := left_by_dead_driver(Store(uri).run(parent)):  # delivered, but its driver never closed it
+            print(note, file=sys.stderr)
     return 0

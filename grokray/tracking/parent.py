@@ -67,7 +67,7 @@ from .schema import (
     SWEPT_TAG,
     TRIAL_KEY_TAG,
     children_filter,
-    parent_filter,
+    parents_filter,
     phase_count_tags,
 )
 from .store import record
@@ -105,6 +105,25 @@ def driver_died(driver: str) -> bool:
     except OSError as exc:  # gone; or alive, another user's (PermissionError)
         return isinstance(exc, ProcessLookupError)
     return False
+
+
+def dead_driver_pid(run: RunRecord) -> str | None:
+    """The pid of the driver that died on this machine (SIGKILL, the OOM killer) leaving this parent RUNNING, else
+    None (a live driver, or another machine's: those cannot be told apart from here)."""
+    driver = run.tags.get(DRIVER_TAG, "")
+    return driver.rpartition(":")[2] if run.status == "RUNNING" and driver_died(driver) else None
+
+
+def left_by_dead_driver(run: RunRecord) -> str | None:
+    """The one line, with how to close it, for a parent a dead driver left RUNNING (dead_driver_pid); None for any
+    other run. Every command that reads a launch says it: run, analyze, replay (--resume says it continues)."""
+    pid = dead_driver_pid(run)
+    if pid is None:
+        return None
+    kind = run.tags.get(KIND_TAG, "grid")
+    return (f"grokray: the {kind} launch {run.name!r} (parent run {run.run_id[:8]}) was left RUNNING by a driver "
+            f"that died (pid {pid} on this machine): `grokray {'search' if kind == 'search' else 'run'} SPEC "
+            "--resume` continues it and closes it; a new launch of the same spec closes it as KILLED")
 
 
 def spool_dir_for(storage: str, launch_key: str) -> str:
@@ -227,28 +246,32 @@ class ParentRun:
             retry(self.client.delete_tag, run_id, RUNS_SUMMARY_TAG)
         replay_dir(self.spool_dir, self.client)
 
-    def close_orphans(self, spec_hash: str, kind: str) -> list[RunRecord]:
-        """Parents of this spec and kind left RUNNING by a driver that died on this machine (SIGKILL, the OOM
-        killer): each ends KILLED, with its unfinished children, as its own close would have ended it. Returns
-        them (the caller says so). A store that is away, or a parent of a live or remote driver, is left alone."""
+    def close_orphans(self, spec_hash: str, kind: str) -> tuple[list[RunRecord], list[RunRecord]]:
+        """Parents of this experiment left RUNNING by a driver that died on this machine (SIGKILL, the OOM
+        killer). Those of this spec and kind end KILLED, with their unfinished children, as their own close would
+        have ended them; another spec's are left for its own --resume. Returns (closed, left); the caller says
+        each. A store that is away, or a parent of a live or remote driver, is left alone."""
         try:
             exp = self.client.get_experiment_by_name(self.experiment_name)
-            found = search_all(self.client, exp.experiment_id, parent_filter(spec_hash, kind)
+            found = search_all(self.client, exp.experiment_id, parents_filter()
                                + " and attributes.status = 'RUNNING'") if exp else []
         except Exception as exc:  # noqa: BLE001
             if not is_transient(exc):
                 raise
-            return []
-        closed = []
+            return [], []
+        closed, left = [], []
         for run in found:
             if not driver_died(run.data.tags.get(DRIVER_TAG, "")):
+                continue
+            if (run.data.tags.get(SPEC_HASH_TAG), run.data.tags.get(KIND_TAG)) != (spec_hash, kind):
+                left.append(record(run))
                 continue
             for child in search_all(self.client, run.info.experiment_id, children_filter(run.info.run_id)):
                 if child.info.status == "RUNNING":
                     retry(self.client.set_terminated, child.info.run_id, "KILLED")
             retry(self.client.set_terminated, run.info.run_id, "KILLED")
             closed.append(record(run))
-        return closed
+        return closed, left
 
     def attach(self, run: RunRecord) -> None:
         """Point at an existing parent (read only: nothing is resumed or delivered), e.g. to read its children."""

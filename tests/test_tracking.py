@@ -116,3 +116,34 @@ def test_log_metrics_respects_mlflow_batch_limits():
     assert sum(b[2] for b in rec.batches) == 30
     assert all(m <= 1000 and p + t <= 100 and m + p + t <= 1000 for m, p, t in rec.batches)
     assert calls == 3
+
+
+OPEN_AT = """
+import sys, time
+from grokray.tracking.parent import ParentRun
+start = float(sys.argv[2])
+while time.time() < start:  # both processes open the new file at once
+    time.sleep(0.001)
+parent = ParentRun(sys.argv[1], "race", sys.argv[3])
+parent.open("grid", "hash-" + sys.argv[4], "race " + sys.argv[4], [], [], "name: race\\n")
+print(parent.run_id)
+"""
+
+
+def test_two_launches_on_a_new_sqlite_store_both_open_their_parent(tmp_path):
+    """Issue 61: two launches starting on the same new SQLite file both ran MLflow's schema migrations, and one
+    failed with "duplicate column name" (4 of 4 tries here). The first open holds a lock on the folder; the
+    second waits for its schema. Two real processes on one fresh file."""
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path}/race.db"
+    start = time.time() + 4.0  # both imports done by then (MLflow's import: ~2 s on a loaded 2-core host)
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, uri, str(start), str(tmp_path / f"s{who}"),
+                               str(who)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for who in (1, 2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-600:] for _, err in outs]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("race").experiment_id
+    assert sorted(r.info.run_id for r in client.search_runs([exp])) == sorted(out.strip() for out, _ in outs)

@@ -26,12 +26,12 @@ from .client import (
     is_transient,
     now_ms,
     phase_counts,
+    prepare_store,
     quick_failing_http,
     retry,
     run_is_active,
     search_all,
     search_pages,
-    use_wal,
 )
 from .delivery import (
     LAUNCH_SPOOL_PREFIX,
@@ -147,6 +147,7 @@ class ParentRun:
         self.server = uri.startswith("http")
         if self.server:
             quick_failing_http()  # a server that is away answers in seconds, not after minutes of retries
+        prepare_store(uri)  # before MLflow's first open of a new file, which makes its tables
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment_name = experiment_name
         self.storage = storage
@@ -159,7 +160,6 @@ class ParentRun:
         self._courier: Courier | None = None
         self._lock = threading.Lock()  # the driver's thread and its background delivery share the courier
         self.close_step = 0  # the step the close logs its phase counts at (a resumed launch's: one past the last)
-        use_wal(uri)
 
     @property
     def spool_dir(self) -> str:

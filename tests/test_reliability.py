@@ -317,6 +317,8 @@ def test_search_driver_stop_then_resume(tmp_path, stop):
         str(tmp_path / "results" / "degrok-toy.optuna.journal"))))
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 6 and {t.user_attrs["trial_key"] for t in complete} == set(keys)
+    number_of = {t.user_attrs["trial_key"]: str(t.number) for t in complete}  # issue 61: the trial that finished it
+    assert {k: r.data.tags["grokray.search.trial"] for k, r in by_key.items()} == number_of
     report(f"search_driver_{stop}", trials=len(runs), finished_before_kill=len(finished_before), re_run=len(rerun),
            duplicated=0, recovered_from_mlflow=sum(bool(t.user_attrs.get("recovered_from_mlflow")) for t in complete))
 

@@ -147,3 +147,32 @@ def test_two_launches_on_a_new_sqlite_store_both_open_their_parent(tmp_path):
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("race").experiment_id
     assert sorted(r.info.run_id for r in client.search_runs([exp])) == sorted(out.strip() for out, _ in outs)
+
+
+def test_a_reopened_run_points_at_the_trial_that_reruns_it(pack_setup):
+    """Issue 61: a search resumed after a stop re-runs its interrupted trials under new Optuna numbers; their runs
+    kept `grokray.search.trial` (and the "#N" name) of the failed trial. The pack that reopens a run now moves its
+    trial tag and name to the new trial: both for a run it continues and for one that had already finished."""
+    from grokray.tracking.schema import SEARCH_TRIAL_TAG
+
+    sweep, ctx, pack, configs = pack_setup
+    old = {**pack, "members": [{**m, "name": f"#3 {m['name']}", "tags": {SEARCH_TRIAL_TAG: 3}}
+                               for m in pack["members"]]}
+    new = {**pack, "members": [{**m, "name": f"#7 {m['name']}", "tags": {SEARCH_TRIAL_TAG: 7}}
+                               for m in pack["members"]]}
+    first = PackTracker(ctx, old)
+    first.open()
+    trainer = make_trainer(configs)
+    trainer.run(until=40)
+    first.log_curves(trainer.results())  # the stop: member 0 is finished, the others are not
+    client = MlflowClient(ctx.tracking_uri)
+    client.set_tag(first.runs[0].run_id, "grokray.phase", "confusion")
+    assert {client.get_run(r.run_id).data.tags[SEARCH_TRIAL_TAG] for r in first.runs} == {"3"}
+    second = PackTracker(ctx, new)
+    second.open()
+    assert [r.run_id for r in second.runs] == [r.run_id for r in first.runs]
+    trainer.run()
+    second.log_curves(trainer.results())
+    for run in second.runs:
+        stored = client.get_run(run.run_id)
+        assert stored.data.tags[SEARCH_TRIAL_TAG] == "7" and stored.info.run_name.startswith("#7 "), stored.info

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
 from ..config import only_known_fields
@@ -52,6 +53,7 @@ from .schema import (
     PHASE_TAG,
     RESUMES_TAG,
     ROLE_TAG,
+    RUN_NAME_TAG,
     SPEC_HASH_TAG,
     STARTS_TAG,
     SWEPT_TAG,
@@ -233,7 +235,11 @@ class PackTracker:
         as it is (nothing of it is sent again); a continued run counts a resume, a run trained again from step 0
         a start."""
         run_id = found.info.run_id
-        if PHASE_TAG in found.data.tags:  # ended before the pack was stopped: nothing more to send
+        moved = _moved_tags(found, member)
+        if PHASE_TAG in found.data.tags:  # ended before the pack was stopped: nothing more to send but its new trial
+            if moved:
+                retry(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in moved.items()],
+                      attempts=OPEN_ATTEMPTS)
             run = MemberRun(member["key"], run_id, {})
             run.finished = run.sealed = True
             run.phase = found.data.tags[PHASE_TAG]
@@ -251,7 +257,7 @@ class PackTracker:
             last = {}  # unknown: the first batches are deduplicated against the store instead
         counter = RESUMES_TAG if restored_from > 0 or not found.data.metrics else STARTS_TAG
         tags = {counter: str(int(found.data.tags.get(counter, "1" if counter == STARTS_TAG else "0")) + 1),
-                **({NODE_TAG: node_id} if node_id else {})}
+                **({NODE_TAG: node_id} if node_id else {}), **moved}
         pending = {} if found.data.params else flatten(member["config"])  # died before its first batch
         return MemberRun(member["key"], run_id, last, pending, tags)
 
@@ -324,3 +330,11 @@ class PackTracker:
         pack's slot is free at once. Returns the metric points handed over (0: everything delivered)."""
         handed = self._timed(self.courier.hand_over)
         return sum(b.points for b in undelivered(handed)) if handed else 0
+
+
+def _moved_tags(found, member: dict) -> dict[str, str]:
+    """The member's own tags (a search's trial number) and name where the run it reopens holds others: a search
+    resumed after a stop re-runs its interrupted trials under new numbers, and their runs must point at the trial
+    that finished them, not at the failed one."""
+    want = clean({**member.get("tags", {}), RUN_NAME_TAG: member["name"]})
+    return {k: v for k, v in want.items() if found.data.tags.get(k) != v}

@@ -11,6 +11,7 @@ STORE_MODULES = ("mlflow.store.tracking.sqlalchemy_store",)
 
 # -- tags on every run ----------------------------------------------------------------------------------------
 PARENT_ID_TAG = "mlflow.parentRunId"  # MLflow's own nesting tag
+RUN_NAME_TAG = "mlflow.runName"  # MLflow's own: setting it renames the run
 ROLE_TAG = "grokray.role"  # PARENT or CONFIGURATION
 PARENT = "parent"
 CONFIGURATION = "configuration"

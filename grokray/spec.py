@@ -23,7 +23,7 @@ from .contracts import family_groups
 from .errors import Mistakes, SpecError
 from .models import MODELS
 from .optim.kinds import fields_read_by_kind
-from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
+from .overrides import PlainDumper, apply_preset, apply_scale, check_top, parse_value, set_dotted, set_override
 from .spec_file import read_yaml
 from .spec_keys import (
     AXIS_KINDS,
@@ -314,7 +314,7 @@ def build_spec(
             raise SpecError("--scale", f"the spec has no {scale}: preset; it declares: "
                             f"{', '.join(declared) or 'none'} (and paper, the spec itself)")
         with mistakes.check():
-            apply_preset(raw, raw[scale] or {}, scale)
+            apply_scale(raw, scale, default_name)
     for where, preset in presets:
         with mistakes.check():
             apply_preset(raw, preset, where)

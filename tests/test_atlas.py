@@ -76,8 +76,14 @@ def test_atlas_overrides_pin_an_axis_in_every_piece_and_the_commands_quote_them(
     assert sum(len(p.spec.points()) for p in fig.pieces) == 11 * 4
     from grokray.cli import main
 
-    assert main(["atlas", "--scale", "paper", str(FIG6B), "--pages-only", "-o", str(tmp_path / "pages"),
-                 "-s", "optim.decoder.weight_decay=5", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2  # no store
+    args = ["atlas", "--scale", "paper", str(FIG6B), "--pages-only", "-o", str(tmp_path / "pages"),
+            "-s", "optim.decoder.weight_decay=5", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]
+    assert main(args) == 2  # no store: refused in one line, before any note (issue 61)
+    assert capsys.readouterr().err.startswith("grokray: error: --tracking-uri: no MLflow store")
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(f"sqlite:///{tmp_path}/m.db").search_experiments()  # an empty store: no piece has run
+    assert main(args) == 1
     err = capsys.readouterr().err
     assert err.count("pins the sweep axis optim.decoder.weight_decay") == 1  # one note, not one per piece
     with pytest.raises(SpecError) as bad:

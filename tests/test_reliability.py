@@ -313,8 +313,8 @@ def test_search_driver_stop_then_resume(tmp_path, stop):
     assert all(r.info.status == "FINISHED" and "grokray.phase" in r.data.tags for r in runs)
     assert "6 trials" in resumed.stdout, resumed.stdout[-1000:]
     assert not rerun, rerun  # a trial that finished in MLflow is answered from there, not trained again
-    study = optuna.load_study(study_name="degrok-toy", storage=JournalStorage(JournalFileBackend(
-        str(tmp_path / "results" / "degrok-toy.optuna.journal"))))
+    study = optuna.load_study(study_name="degrok-toy-smoke", storage=JournalStorage(JournalFileBackend(
+        str(tmp_path / "results" / "degrok-toy-smoke.optuna.journal"))))
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 6 and {t.user_attrs["trial_key"] for t in complete} == set(keys)
     number_of = {t.user_attrs["trial_key"]: str(t.number) for t in complete}  # issue 61: the trial that finished it

@@ -285,8 +285,8 @@ def test_search_and_atlas_jobs_keep_their_journal_and_pages_on_the_shared_path(c
     search = cluster.job("submit", "--working-dir", ".", "--", "grokray", "search", "sweeps/degrok_toy.yaml",
                          "--scale", "smoke", "--storage", str(storage))
     assert search.returncode == 0 and "succeeded" in search.stdout, search.stdout[-3000:]
-    journal = storage / "degrok-toy.optuna.journal"
-    study = optuna.load_study(study_name="degrok-toy", storage=JournalStorage(JournalFileBackend(str(journal))))
+    journal = storage / "degrok-toy-smoke.optuna.journal"
+    study = optuna.load_study(study_name="degrok-toy-smoke", storage=JournalStorage(JournalFileBackend(str(journal))))
     trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     runs = children(cluster.server.url, "degrok-toy")
     assert len(trials) == len(runs) == 3

@@ -40,7 +40,7 @@ def test_smoke_search_end_to_end_one_child_run_per_trial(local_ray, tmp_path):
     spec = load_spec(TOY, scale="smoke")  # 3 trials of <= 400 steps
     summary = _search(tmp_path, spec)
     assert summary.new_trials == summary.trials == summary.completed == 3
-    assert summary.journal_path == str(tmp_path / "results" / "degrok-toy.optuna.journal")
+    assert summary.journal_path == str(tmp_path / "results" / "degrok-toy-smoke.optuna.journal")
 
     study = _load(summary)  # the study opens from the journal file alone
     assert len(study.trials) == 3 and all(t.state == TrialState.COMPLETE for t in study.trials)
@@ -130,7 +130,7 @@ def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path,
 
     from grokray.errors import SpecError
 
-    with pytest.raises(SpecError, match="search.study: study 'degrok-toy' already exists"):
+    with pytest.raises(SpecError, match="search.study: study 'degrok-toy-smoke' already exists"):
         _search(tmp_path, first)
 
     from grokray.cli import main  # issue 52: the dry-run of --resume names the study, or refuses as the launch would
@@ -139,11 +139,11 @@ def test_resume_grows_the_study_and_reruns_no_configuration(local_ray, tmp_path,
            "--storage", str(tmp_path / "results"), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--dry-run",
            "--no-calibrate", "--resume"]
     assert main(dry) == 0
-    assert "resumes:        study 'degrok-toy' in " in capsys.readouterr().out
+    assert "resumes:        study 'degrok-toy-smoke' in " in capsys.readouterr().out
     assert main([*dry, "-s", "search.space.optim.decoder.lr={float: [1e-4, 1e-2]}"]) == 2
-    assert "--resume: study 'degrok-toy' was made from a different" in capsys.readouterr().err
+    assert "--resume: study 'degrok-toy-smoke' was made from a different" in capsys.readouterr().err
     assert main([*dry[:-7], "--storage", str(tmp_path / "elsewhere"), *dry[-5:]]) == 2
-    assert "--resume: no study 'degrok-toy'" in capsys.readouterr().err
+    assert "--resume: no study 'degrok-toy-smoke'" in capsys.readouterr().err
     assert not (tmp_path / "elsewhere").exists()  # a dry-run makes nothing
 
     s2 = _search(tmp_path, first, resume=True, n_trials=5)

@@ -80,3 +80,26 @@ def test_a_startup_that_cannot_apply_is_one_clear_line(sets, says):
     with pytest.raises(SpecError) as err:
         parse_search(load_spec(DEGROK, sets))
     assert says in str(err.value)
+
+
+def test_a_presets_search_keeps_a_study_of_its_own(tmp_path):
+    """Issue 61: the README's commands in order: after the `--scale smoke` search the full one refused ("study
+    already exists ... pass --resume"), then refused the resume (a study made from another budget). A preset that
+    changes the search now names its own study; the full search starts its own; an empty preset (reduced: {})
+    is the spec itself and shares it; a named study is kept."""
+    from grokray.search.study import open_storage, open_study
+
+    studies = {scale: parse_search(load_spec(DEGROK, scale=scale)).study for scale in (None, "smoke", "reduced")}
+    assert studies == {None: "degrok-toy", "smoke": "degrok-toy-smoke", "reduced": "degrok-toy"}
+    assert parse_search(load_spec(DEGROK, ["search.study=mine"], scale="smoke")).study == "mine"
+    opened = {}
+    for scale in ("smoke", None):  # in the README's order, on one results folder: both studies open
+        spec = load_spec(DEGROK, scale=scale)
+        cfg = parse_search(spec)
+        storage, label = open_storage(cfg, str(tmp_path))
+        opened[cfg.study] = open_study(spec, cfg, storage, label, resume=False).study_name
+    assert opened == {"degrok-toy-smoke": "degrok-toy-smoke", "degrok-toy": "degrok-toy"}
+    smoke = load_spec(DEGROK, ["search.study=degrok-toy"], scale="smoke")  # the smoke search on the full one's
+    cfg = parse_search(smoke)
+    with pytest.raises(SpecError, match="made from a different .*-s search.study=degrok-toy-2"):
+        open_study(smoke, cfg, *open_storage(cfg, str(tmp_path)), resume=False)

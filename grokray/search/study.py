@@ -197,10 +197,12 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
     """Create the study, or with `resume` load it and check it was made from the same space and objectives."""
     fingerprint = study_fingerprint(spec, cfg)
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
-    if cfg.study in existing and not resume:
-        n = existing[cfg.study].n_trials
-        raise SpecError("search.study", f"study {cfg.study!r} already exists in {label} with {n} trials; pass --resume "
-                                    "to continue it, or name a new one with -s search.study=NAME")
+    if cfg.study in existing and not resume:  # the advice that works: --resume only for a study of this search
+        n, changed = existing[cfg.study].n_trials, _changed(existing[cfg.study].user_attrs, fingerprint)
+        advice = (f"it was made from a different {', '.join(changed)}, so name a new one: -s search.study="
+                  f"{cfg.study}-2" if changed else "pass --resume to continue it, or name a new one with "
+                  "-s search.study=NAME")
+        raise SpecError("search.study", f"study {cfg.study!r} already exists in {label} with {n} trials; {advice}")
     if cfg.study not in existing and resume:
         raise SpecError("--resume", f"no study {cfg.study!r} in {label}; run without --resume to start it")
     if not resume:
@@ -215,14 +217,18 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
             study.enqueue_trial(values, user_attrs={"enqueued": True})
         return study
     study = optuna.load_study(study_name=cfg.study, storage=storage)
-    stored = study.user_attrs.get(FINGERPRINT_ATTR)
-    if stored is not None and stored != fingerprint:
-        changed = sorted(k for k in fingerprint if stored.get(k) != fingerprint[k])
+    if changed := _changed(study.user_attrs, fingerprint):
         raise SpecError("--resume", f"study {cfg.study!r} was made from a different {', '.join(changed)}; "
-                                    "start a new study with -s search.study=NAME")
+                                    f"start a new study with -s search.study={cfg.study}-2 (without --resume)")
     if [d.name.lower() for d in study.directions] != directions(cfg):
         raise SpecError("search.objective", f"study {cfg.study!r} has {len(study.directions)} objectives")
     return study
+
+
+def _changed(user_attrs: dict, fingerprint: dict) -> list[str]:
+    """What a stored study was made from differently (start, space, objective, ...); empty: the same search."""
+    stored = user_attrs.get(FINGERPRINT_ATTR)
+    return [] if stored is None else sorted(k for k in fingerprint if stored.get(k) != fingerprint[k])
 
 
 def attach_launch(study, parent_run_id: str, launch_key: str, tracking_uri: str) -> None:

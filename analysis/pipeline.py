@@ -227,7 +227,8 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         told += _allowed(MixedLaunches(COMPARISON, f"the comparison with {other_label}",
                                        differences(read, other_read)), mixed)
         comparison = compare(df, other, x, y)
-        files += _comparison_files(comparison, (name, other_label), out)
+        sides = (_side(name, read), _side(other_label, other_read))
+        files += _comparison_files(comparison, sides, out, mixed=told)
 
     reps = None
     if representations:
@@ -259,9 +260,15 @@ def _logged_on(df: pd.DataFrame, experiment: str | None, tracking_uri: str | Non
     return ids[0] if len(ids) == 1 else (parent_runs(experiment, tracking_uri)["run_id"].iloc[0] if ids else None)
 
 
-def _comparison_files(comparison: Comparison, labels: tuple[str, str], out: Path) -> list[Path]:
-    """comparison.{png,svg}, transitions.csv and changed_cells.csv."""
-    files = plots.save_figure(plot_comparison(comparison, labels=labels), out / "comparison")
+def _side(label: str, read: list[LaunchRead]) -> str:
+    """A comparison's side as its reader knows it: the one launch's spec and start (two launches of one spec
+    both carried the spec's name), else the experiment's name."""
+    return read[0].label if len(read) == 1 else label
+
+
+def _comparison_files(comparison: Comparison, labels: tuple[str, str], out: Path, mixed: list[str]) -> list[Path]:
+    """comparison.{png,svg}, transitions.csv and changed_cells.csv; `mixed` marks a comparison told to mix."""
+    files = plots.save_figure(plot_comparison(comparison, labels=labels, mixed=mixed), out / "comparison")
     comparison.transitions.to_csv(out / "transitions.csv", index=False)
     comparison.changed.to_csv(out / "changed_cells.csv", index=False)
     return [*files, out / "transitions.csv", out / "changed_cells.csv"]

@@ -130,9 +130,11 @@ def plot_steps_heatmap(grid: PhaseGrid, path=None, *, title: str | None = None, 
 
 
 def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A", "B"),
-                    title: str | None = None) -> Figure:
+                    title: str | None = None, mixed: list[str] | tuple = ()) -> Figure:
     """Per facet: diagram A, diagram B, and the changed-cells map (changed cells in B's phase colour with a thick
-    edge in A's; unchanged cells grey; cells present in one experiment only hatched)."""
+    edge in A's; unchanged cells grey; cells present in one experiment only hatched). `mixed`: how the two
+    launches differ in setup (`analyze --mixed`), marked in red under the title: a figure passed on alone must
+    still say that its sides ran under different budgets, thresholds or seeds."""
     ga, gb = cmp.grid_a, cmp.grid_b
     union = PhaseGrid(cmp.cells.rename(columns={"phase_b": "phase", "agreement_b": "agreement", "n_b": "n"}),
                       ga.x, ga.y, ga.facets, ga.x_log or gb.x_log, ga.y_log or gb.y_log,
@@ -175,6 +177,8 @@ def plot_comparison(cmp: Comparison, path=None, *, labels: tuple[str, str] = ("A
     shown = {*cmp.cells["phase_a"].dropna(), *cmp.cells["phase_b"].dropna()}  # the legend names what is drawn
     phase_legend(fig, [p for p in union.phases if p in shown], None)
     fig.suptitle(title or (f"{labels[0]} vs {labels[1]}: " + ("; ".join(lines[:4]) if lines else "no phase changed")))
+    if mixed:
+        fig.text(0.5, 0.005, "MIXED: " + "; ".join(mixed), ha="center", va="bottom", color="#b00020", fontsize=9)
     return finish_figure(fig, path)
 
 

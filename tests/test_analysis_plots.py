@@ -100,6 +100,10 @@ def test_comparison_figure(tmp_path):
     assert "grokking → comprehension" in fig.get_suptitle()
     legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]  # issue 52: only the phases drawn
     assert set(legend) == {"comprehension", "grokking", "memorization", "confusion", "diverged"}, legend
+    assert not [t for t in fig.texts if t.get_text().startswith("MIXED")]  # one setup: no mark
+    mixed = plots_diagram.plot_comparison(cmp, labels=("a", "b"), mixed=["budget 300 against 6000"])
+    assert [t.get_text() for t in mixed.texts if t.get_text().startswith("MIXED")] == [
+        "MIXED: budget 300 against 6000"]  # issue 61: a figure told to mix says so, alone
 
 
 def test_curves(tmp_path):

@@ -210,6 +210,12 @@ def test_analyze_names_what_it_read_and_refuses_to_mix_budgets_unless_told(store
     assert out[0].startswith("read: quickstart sweep ") and f"(parent {store['parent'][:8]}): 8 runs" in out[0]
     assert out[1].startswith("compared with: quickstart-longer sweep") and longer[:8] in out[1]
     assert f"MIXED (told to mix them): budget {budget:g} against {budget * 20:g}" in out
+    from analysis.pipeline import _side, analyze  # issue 61: each panel titled by its launch
+
+    analysis = analyze(tmp_path / "m2", "quickstart", compare_to="quickstart-longer", tracking_uri=store["uri"],
+                       log=False, mixed=True)
+    assert _side("quickstart", analysis.read).startswith("quickstart sweep 2")
+    assert _side("quickstart-longer", analysis.other_read).startswith("quickstart-longer sweep 2")
 
     # a pool of two launches of one setup: each configuration once, as the latest launch ran it
     one = load_runs("quickstart", tracking_uri=store["uri"])

@@ -64,17 +64,6 @@ def apply_preset(raw: dict, preset, where: str) -> None:
         set_override(raw, key, value)
 
 
-def apply_scale(raw: dict, scale: str, default_name: str) -> None:
-    """Apply the spec's `scale` preset (smoke, reduced) to raw, in place. A search whose preset changes it and that
-    names no study gets a study of its own, `<name>-<scale>`: the smoke search's journal must not be the one the
-    full search then finds (it refused to start, then refused to resume, a study made from another budget)."""
-    preset = raw[scale] or {}
-    apply_preset(raw, preset, scale)
-    search = raw.get("search")
-    if preset and isinstance(search, dict) and not search.get("study"):
-        search["study"] = f"{raw.get('name', default_name)}-{scale}"
-
-
 def set_override(raw: dict, key: str, value) -> str | None:
     """Like set_dotted, but `sweep.<dotted axis>[.<kind>]` addresses an axis whose own name contains dots, and a
     field that is a sweep axis is pinned: the axis becomes that one value (setting the field under it would be

@@ -1,9 +1,8 @@
 """The YAML spec: load safely, apply overrides, validate everything, expand the sweep into trial configs.
 
-A *trial config* is one fully resolved configuration (task, model, optim groups, train, phases, seed). A
-*spec* is a base trial config plus sweep axes, seeds, resources and a smoke preset. Every point of the sweep
-is parsed here, so a typo anywhere fails before any trial starts.
-"""
+A *trial config* is one fully resolved configuration (task, model, optim groups, train, phases, seed). A *spec* is
+a base trial config plus sweep axes, seeds, resources and presets. Every point of the sweep is parsed here, so a
+typo anywhere fails before any trial starts."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from .contracts import family_groups
 from .errors import Mistakes, SpecError
 from .models import MODELS
 from .optim.kinds import fields_read_by_kind
-from .overrides import PlainDumper, apply_preset, apply_scale, check_top, parse_value, set_dotted, set_override
+from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
 from .spec_file import read_yaml
 from .spec_keys import (
     AXIS_KINDS,
@@ -253,6 +252,7 @@ class Spec:
     log_axes: set[str] = field(default_factory=set)
     artifacts: ArtifactsConfig = field(default_factory=ArtifactsConfig)
     notes: list[str] = field(default_factory=list)  # what the overrides did beyond setting a field (pinned axes)
+    preset: str = ""  # the scale whose preset changed the spec (smoke, reduced); a search names its study by it
 
     def points(self) -> list[dict]:
         """Every swept point as {dotted key: value}, seeds last (so seeds of one point are neighbours)."""
@@ -314,7 +314,7 @@ def build_spec(
             raise SpecError("--scale", f"the spec has no {scale}: preset; it declares: "
                             f"{', '.join(declared) or 'none'} (and paper, the spec itself)")
         with mistakes.check():
-            apply_scale(raw, scale, default_name)
+            apply_preset(raw, raw[scale] or {}, scale)
     for where, preset in presets:
         with mistakes.check():
             apply_preset(raw, preset, where)
@@ -360,7 +360,7 @@ def build_spec(
     log_axes = {key for key, axis in sweep.items() if isinstance(axis, dict) and "logspace" in axis}
     base = {k: raw[k] for k in TRIAL_KEYS[:-1] if k in raw}
     spec = Spec(name=name, raw=raw, base=base, axes=axes, seeds=seeds, resources=resources, log_axes=log_axes,
-                artifacts=artifacts, notes=notes)
+                artifacts=artifacts, notes=notes, preset=scale if scale in PRESETS and raw.get(scale) else "")
     with mistakes.check():
         parse_trial(base)  # the base itself must be valid
     _check_axes(spec, mistakes, {str(e) for e in mistakes.errors})

@@ -223,7 +223,8 @@ def parse_search(spec: Spec) -> SearchConfig:
     storage = raw.get("storage")
     if storage is not None and (not isinstance(storage, str) or not storage):
         raise SpecError("search.storage", f"expected a journal file path or an RDB URL, got {storage!r}")
-    study = check_name(raw.get("study") or spec.name, "search.study")
+    # a preset's search (smoke) has a study of its own: its journal must not be the one the full search finds
+    study = check_name(raw.get("study") or "-".join(filter(None, (spec.name, spec.preset))), "search.study")
 
     base = start_trial(spec)
     budget = base.phases.budget

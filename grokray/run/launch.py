@@ -49,7 +49,7 @@ from .cluster import (
 from .context import TrialContext
 from .options import LaunchOptions, LaunchSummary, launch_status
 from .pack_files import store_packs
-from .progress import ProgressLine
+from .progress import DiskWatch, ProgressLine
 from .report import closing_runs, launch_title, report_on_parent
 from .signals import ignore_stops, stop_beat, stops_end, take_stops
 from .trainable import train_pack
@@ -239,10 +239,11 @@ class Launch:
         trainable = tune.with_resources(train_pack, {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu})
         opts = self.options
         progress = ProgressLine(total_configs, total_work, opts.progress, label=label)
+        callbacks = [progress, *([DiskWatch(self.storage)] if "://" not in self.storage else [])]
         if restore is not None:
             self.experiment_path = restore
             tuner = tune.Tuner.restore(restore, trainable, resume_errored=True)
-            replace_restored_callbacks(tuner, [progress])
+            replace_restored_callbacks(tuner, callbacks)
             return tuner
         self.experiment_path = self.path_of(name)
         space = {"grokray": ctx.to_dict()}
@@ -260,7 +261,7 @@ class Launch:
                 name=name, storage_path=self.storage, verbose=0,
                 failure_config=tune.FailureConfig(max_failures=opts.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_kept),
-                callbacks=[progress]),
+                callbacks=callbacks),
         )
 
     def fit(self, tuner: tune.Tuner) -> Round:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import Mistakes, SpecError
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem, writable_dir_problem
+from .disk import space_problem
 
 DEFAULT_STORAGE = "grokray-results"  # --storage's default, under the working directory
 PROGRESS_MODES = ("auto", "always", "never")  # --progress (run/progress.py draws them)
@@ -64,7 +65,8 @@ class LaunchOptions:
         checks.append((bool(problem := tracking_uri_problem(uri)), "--tracking-uri", problem))
         storage = self.storage or DEFAULT_STORAGE
         if "://" not in storage:  # a cloud URI (s3://...) is the cluster's to reach
-            checks.append((bool(problem := writable_dir_problem(Path(storage).resolve())), "--storage", problem))
+            problem = writable_dir_problem(Path(storage).resolve()) or space_problem(storage)
+            checks.append((bool(problem), "--storage", problem))
         mistakes = Mistakes()
         for bad, flag, message in checks:
             if bad:

@@ -10,11 +10,13 @@ swing back up when a pack of early stoppers ends."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
 from ray import tune
 
+from .disk import RUN_FREE, free_bytes, megabytes
 from .options import clock
 
 PLAIN_EVERY_S = 30.0
@@ -133,3 +135,26 @@ class ProgressLine(tune.Callback):
         state = dict(self.__dict__)
         state["latest"] = {}
         return state
+
+
+class DiskWatch(tune.Callback):
+    """Stops the launch as Ctrl-C would (Tune saves its state, the parent ends KILLED, --resume continues) when
+    the free space under --storage falls below RUN_FREE, before checkpoints and Tune's state fail to write; says
+    so in one line (run/disk.py has why)."""
+
+    def __init__(self, storage: str, every_s: float = 2.0):
+        self.storage, self.every_s = storage, every_s
+        self.checked, self.full = 0.0, False
+
+    def on_step_end(self, iteration, trials, **info):
+        if self.full or time.monotonic() - self.checked < self.every_s:
+            return
+        self.checked = time.monotonic()
+        free = free_bytes(self.storage)
+        if free < RUN_FREE:
+            self.full = True
+            print(f"\ngrokray: no space left on {self.storage} ({megabytes(free)} free, under {megabytes(RUN_FREE)}):"
+                  " stopping the launch as Ctrl-C would; free some space, then continue it with --resume",
+                  file=sys.stderr, flush=True)
+            signal.raise_signal(signal.SIGINT)
+

@@ -84,8 +84,13 @@ class CellAxis:
         self.log = log and self.numeric
         if self.numeric and not self.log and len(values) > 2:
             gaps = np.diff(nums.to_numpy(dtype=float))
-            # irregular linear values (wd 0..10, 20) get evenly spaced slots so no cell is a sliver
-            self.numeric = bool(np.allclose(gaps, gaps[0], rtol=1e-6))
+            # irregular linear values (wd 0, 0.1, 0.3, 1, 3) get evenly spaced slots so no cell is a sliver; values
+            # on a coarse lattice (an adaptive sweep's refined points: every gap a whole number of the smallest, at
+            # most 4 lattice points a value) keep their places (they were spaced evenly, 0.625 as far from 0 as 5
+            # from 2.5)
+            steps = gaps / gaps.min() if gaps.min() > 0 else gaps
+            on_lattice = gaps.min() > 0 and np.allclose(steps, np.round(steps), rtol=0, atol=1e-6)
+            self.numeric = bool(on_lattice and steps.sum() + 1 <= 4 * len(values))
         if not self.numeric:
             self.pos = {_slot_key(v): float(i) for i, v in enumerate(values)}
             centres = np.arange(max(len(values), 1), dtype=float)  # an empty axis still gets one slot
@@ -115,6 +120,9 @@ class CellAxis:
         k = np.fromiter((self.slot(v) for v in values), dtype=np.intp)
         return self.edges[k].astype(float), self.edges[k + 1].astype(float)
 
+    def spread(self, values: list[float]) -> list[float]:
+        return _spread(np.log10(values) if self.log else np.asarray(values), values)
+
     def style(self, ax, which: str, label: str) -> None:
         set_scale, set_lim, set_ticks, set_label = (
             (ax.set_xscale, ax.set_xlim, ax.set_xticks, ax.set_xlabel) if which == "x"
@@ -125,13 +133,27 @@ class CellAxis:
         if not self.numeric:
             set_ticks(range(len(self.values)), [tick_label(v) for v in self.values])
         elif len(self.values) <= 12:
-            set_ticks([float(v) for v in self.values], [tick_label(v, self.log) for v in self.values])
+            shown = self.spread([float(v) for v in self.values])
+            set_ticks(shown, [tick_label(v, self.log) for v in shown])
             (ax.xaxis if which == "x" else ax.yaxis).set_minor_locator(_null_locator())
         set_label(axis_label(label))
         labels = [t.get_text() for t in ax.get_xticklabels()] if which == "x" else []
         if which == "x" and (len(self.values) > 6 or len(labels) * max(map(len, labels), default=0) > 30):
             for t in ax.get_xticklabels():  # six ticks like 2.5e-4 side by side would run into each other
                 t.set_rotation(45)
+
+
+def _spread(t: np.ndarray, values: list[float]) -> list[float]:
+    """The values to label, at least a twelfth of the axis apart (in its own scale, `t`), the first and the last
+    kept: an adaptive sweep's refined points (5.6e-3, 7.5e-3, 1e-2) ran into each other."""
+    gap = (t[-1] - t[0]) / 12
+    kept = [0]
+    for k in range(1, len(t)):
+        if t[k] - t[kept[-1]] >= gap - 1e-12:
+            kept.append(k)
+    if kept[-1] != len(t) - 1:
+        kept[-1] = len(t) - 1  # the last value is labelled; the one too close before it is not
+    return [values[k] for k in kept]
 
 
 def _null_locator():

@@ -293,7 +293,21 @@ def test_cli_adaptive_dry_run(capsys):
     out = capsys.readouterr().out
     # the quickstart's four seeds: every lattice point is four configurations
     assert "target 17x17" in out and "round 0:        100 configurations, estimate " in out
-    assert "budget:         100 of 1156" in out and "all 100 would take about " in out  # issue 52: a time
+    assert "budget:         100 of 1156" in out and "all 100 in the most rounds the lattice allows (5)" in out
+    import re
+
+    round0, upper = (float(v) * (60 if unit == "min" else 1)
+                     for v, unit in re.findall(r"(?:estimate|at most) ([\d.]+) (s|min|h)\b", out)[:2])
+    assert "at most" in out and upper > round0  # issue 61: the bound was below round 0's own estimate (18 s < 19 s)
+    from grokray.plan.dry_run import ROUND_S, most_rounds
+    from grokray.plan.estimate import SWEEP_S
+    from grokray.plan.lattice import parse_adaptive
+    from grokray.spec import load_spec
+
+    plan = parse_adaptive(load_spec(QUICKSTART, scale="smoke"), {})
+    assert most_rounds(plan) == 5  # the start grid, 5 -> 9 -> 17 on each axis (measured: 4 rounds, 62 s)
+    assert most_rounds(parse_adaptive(load_spec(QUICKSTART, scale="smoke"), {"refine": {"extra_seeds": [7]}})) == 6
+    assert SWEEP_S + 5 * ROUND_S < 62  # the fixed part alone does not reach the measured run
     assert "step costs:     assumed 1700 model-steps/s per core (--no-calibrate)" in out
     assert main(["run", str(QUICKSTART), "--adaptive", "--dry-run", "-s", "adaptive.target=[16, 17]"]) == 2
     assert "adaptive.target[0]" in capsys.readouterr().err

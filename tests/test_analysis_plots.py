@@ -154,3 +154,22 @@ def test_a_heatmap_where_nothing_generalized_has_no_colour_bar():
     assert [t.get_text() for t in legend.get_texts()] == ["no cell generalized\nwithin the budget"]
     some = plots_diagram.plot_steps_heatmap(phase_grid(make_runs(), X, Y))
     assert len(some.axes) == 2 and not some.legends  # with steps to show, the bar is back
+
+
+def test_an_adaptive_lattices_values_keep_their_places_and_labels_do_not_collide():
+    """Issue 61: an adaptive sweep's diagram spaced 0, 0.625, 1.25, 1.88, 2.5, 5, 7.5, 10 evenly (0.625 as far
+    from 0 as 5 from 2.5), and its refined lr ticks (5.6e-3, 7.5e-3, 1e-2) ran into each other. Values on one
+    lattice keep their places; irregular grid values (0, 2, 5, 10) still get even slots; labels stay apart."""
+    from analysis.plots import CellAxis
+
+    lattice = CellAxis([0.0, 0.625, 1.25, 1.875, 2.5, 5.0, 7.5, 10.0], log=False)
+    assert lattice.numeric and lattice.span(5.0) == (3.75, 6.25) and lattice.span(0.625) == (0.3125, 0.9375)
+    assert not CellAxis([0.0, 2.0, 5.0, 10.0], log=False).numeric  # a hand-picked grid: even slots, as before
+    assert not CellAxis([0.0, 0.1, 0.3, 1.0, 3.0], log=False).numeric  # on a lattice of 31 points: slivers
+    refined = [1e-4, 3.16e-4, 5.62e-4, 7.5e-4, 1e-3, 1.33e-3, 1.78e-3, 2.37e-3, 3.16e-3, 5.62e-3, 7.5e-3, 1e-2]
+    shown = CellAxis(refined, log=True).spread(refined)
+    assert shown[0] == 1e-4 and shown[-1] == 1e-2 and 7.5e-3 not in shown and 7.5e-4 not in shown
+    gaps = np.diff(np.log10(shown))
+    assert gaps.min() >= 2 / 12 - 1e-9  # a twelfth of two decades apart, at least
+    even = list(np.logspace(-4, -2, 11))
+    assert CellAxis(even, log=True).spread(even) == even  # an even grid of 11 keeps every label

@@ -1,6 +1,6 @@
 """A damaged checkpoint never blocks a launch (issue 61): each checkpoint carries its size and SHA-256 as written,
-one that differs or does not load is a CheckpointDamaged; the launch sets it aside, its pack trains again from
-step 0, says so once, and its runs keep one point per step."""
+one that differs or does not load is a CheckpointDamaged; the launch sets it aside, its pack continues from the
+previous good checkpoint or trains again from step 0, says so once, and its runs keep one point per step."""
 
 import os
 import signal
@@ -66,6 +66,31 @@ def test_a_checkpoint_written_before_digests_still_loads(tmp_path):
     torch.save({"not": "a pack"}, path)  # and one that loads but is no pack's state is damaged too
     with pytest.raises(CheckpointDamaged, match="does not load"):
         load_checkpoint(make_trainer(configs), path)
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_good_one(tmp_path):
+    """Issue 61: the pack resumes from the latest good checkpoint (Tune keeps two), not from step 0; only when
+    none loads does it start again."""
+    from grokray.run.trainable import restore_earlier
+
+    configs = build_spec(RAW).trials()
+    trainer = make_trainer(configs)
+    trial = tmp_path / "trial"
+    for step, name in ((10, "checkpoint_000000"), (20, "checkpoint_000001")):
+        trainer.run(until=step)
+        (trial / name).mkdir(parents=True)
+        save_checkpoint(trainer, trial / name / "pack.pt")
+    newest = trial / "checkpoint_000001"
+    (newest / "pack.pt").write_bytes(b"\x00garbage")
+    again, folder = restore_earlier(configs, "cpu", newest)
+    assert folder == trial / "checkpoint_000000" and again.step == 10
+    reference = make_trainer(configs)
+    reference.run(until=10)
+    mine, theirs = again.state_dict()["model"], reference.state_dict()["model"]
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    (trial / "checkpoint_000000" / "pack.pt").write_bytes(b"\x00garbage too")
+    fresh, none = restore_earlier(configs, "cpu", newest)
+    assert none is None and fresh.step == 0
 
 
 @pytest.mark.slow

@@ -135,21 +135,38 @@ def pack_trainer(pack: dict, ctx: TrialContext, configs: list):
                 load_checkpoint(trainer, Path(d) / CHECKPOINT_FILE)  # torch.load(..., weights_only=True)
             except CheckpointDamaged as exc:
                 set_aside = set_aside_damaged(Path(d) / CHECKPOINT_FILE, pack["pack_id"], str(exc))
-                trainer = make_trainer(configs, device=device)  # a load that failed half-way left it half-restored
+                trainer, earlier = restore_earlier(configs, device, Path(d))
+                set_aside += (f"; it continues from its previous checkpoint, {earlier.name} (step {trainer.step})"
+                              if earlier else "; the pack trains again from step 0")
     return trainer, device, placement, set_aside
+
+
+def restore_earlier(configs: list, device: str, damaged: Path):
+    """(trainer, the checkpoint folder it continued from): the newest other checkpoint of this trial that loads
+    and matches its digest (Tune keeps two beside each other on a local or shared path), else a fresh trainer and
+    None. A load that failed half-way leaves a trainer half-restored, so each try starts from a new one."""
+    for folder in sorted((p for p in damaged.parent.glob("checkpoint_*") if p.is_dir() and p != damaged),
+                         reverse=True):
+        trainer = make_trainer(configs, device=device)
+        try:
+            load_checkpoint(trainer, folder / CHECKPOINT_FILE)
+            return trainer, folder
+        except CheckpointDamaged:
+            continue
+    return make_trainer(configs, device=device), None
 
 
 def set_aside_damaged(path: Path, pack_id: str, why: str) -> str:
     """Keep a damaged checkpoint under another name, beside its checkpoint folder (Tune deletes old checkpoint folders
-    as new ones come), and say in one line that its pack trains again from step 0: its runs keep the points already
-    stored, and the tracker sends only later ones."""
+    as new ones come); the start of the one line that says so (the caller says where the pack continues from: its
+    runs keep the points already stored, and the tracker sends only later ones)."""
     kept = path.parent.parent / f"{path.parent.name}.{path.name}.damaged"
     try:
         path.replace(kept)
         where = f"set aside as {kept}"
     except OSError:
         where = f"left at {path}"
-    return f"grokray: pack {pack_id}: its checkpoint is damaged ({why}); {where}; the pack trains again from step 0"
+    return f"grokray: pack {pack_id}: its checkpoint is damaged ({why}); {where}"
 
 
 def close_pack(tracker: PackTracker, trainer, results, thresholds, save_states: bool) -> tuple[int, float, str]:

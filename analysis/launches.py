@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from grokray.tracking.parent import left_by_dead_driver
+from grokray.tracking.drivers import left_by_dead_driver
 
 from .errors import AnalysisError
 from .load import open_store

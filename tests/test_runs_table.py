@@ -99,7 +99,7 @@ def test_the_next_launch_closes_a_parent_a_dead_driver_left_running(tmp_path):
 
     from mlflow.tracking import MlflowClient
 
-    from grokray.tracking.parent import left_by_dead_driver
+    from grokray.tracking.drivers import left_by_dead_driver
     from grokray.tracking.schema import DRIVER_TAG
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -29,8 +29,9 @@ from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
 from ..tracking.client import is_transient
 from ..tracking.delivery import pending_points
+from ..tracking.drivers import dead_driver_pid, left_by_dead_driver
 from ..tracking.pack_runs import RunTarget
-from ..tracking.parent import ParentRun, dead_driver_pid, left_by_dead_driver
+from ..tracking.parent import ParentRun
 from ..tracking.schema import CONFIGURATIONS_TAG
 from ..tracking.uri import resolve_tracking_uri
 from ..user_code import code_paths

@@ -11,7 +11,7 @@ from ..errors import SpecError
 from ..search.study import LINK_FILE
 from ..tracking.client import existing_store, tracking_client
 from ..tracking.delivery import pending_points, replay_dir, spool_files
-from ..tracking.parent import left_by_dead_driver
+from ..tracking.drivers import left_by_dead_driver
 from ..tracking.store import Store
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem
 from .complete import complete_launch

@@ -8,8 +8,6 @@ left undelivered and where, so no caller can forget to report it.
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import uuid
 from dataclasses import dataclass
@@ -45,6 +43,7 @@ from .delivery import (
     replay_dir,
     resolve_parent,
 )
+from .drivers import driver_died, driver_id
 from .records import RunRecord, ended_by_close, record_line
 from .schema import (
     CODE_VERSION_TAG,
@@ -89,41 +88,6 @@ class Closed:
     @property
     def undelivered(self) -> bool:
         return bool(self.undelivered_batches or self.undelivered_points)
-
-
-def driver_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def driver_died(driver: str) -> bool:
-    """Is this driver (host:pid) a process of this machine that no longer runs? Unknown or remote: False."""
-    host, _, pid = driver.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except OSError as exc:  # gone; or alive, another user's (PermissionError)
-        return isinstance(exc, ProcessLookupError)
-    return False
-
-
-def dead_driver_pid(run: RunRecord) -> str | None:
-    """The pid of the driver that died on this machine (SIGKILL, the OOM killer) leaving this parent RUNNING, else
-    None (a live driver, or another machine's: those cannot be told apart from here)."""
-    driver = run.tags.get(DRIVER_TAG, "")
-    return driver.rpartition(":")[2] if run.status == "RUNNING" and driver_died(driver) else None
-
-
-def left_by_dead_driver(run: RunRecord) -> str | None:
-    """The one line, with how to close it, for a parent a dead driver left RUNNING (dead_driver_pid); None for any
-    other run. Every command that reads a launch says it: run, analyze, replay (--resume says it continues)."""
-    pid = dead_driver_pid(run)
-    if pid is None:
-        return None
-    kind = run.tags.get(KIND_TAG, "grid")
-    return (f"grokray: the {kind} launch {run.name!r} (parent run {run.run_id[:8]}) was left RUNNING by a driver "
-            f"that died (pid {pid} on this machine): `grokray {'search' if kind == 'search' else 'run'} SPEC "
-            "--resume` continues it and closes it; a new launch of the same spec closes it as KILLED")
 
 
 def spool_dir_for(storage: str, launch_key: str) -> str:

@@ -5,8 +5,9 @@ script draws them after torch.manual_seed(seed) (train.seed_stream: script), so 
 
 The paper reports one run per method: Grokfast-MA reaches 95 % val at step 790, EMA at 910. A plain-torch loop
 written here from the facts of the authors' code (benchmarks/README.md) gives 790 and 910 at seed 0 on this CPU,
-and MA 900 and 1,050, EMA 1,340 and 910 at seeds 1 and 2. The seed-0 tests (one member each, about a minute on 2
-cores) run in `make library`; the seeds 1-2 tests are slow (`make test-slow`).
+and MA 900 and 1,050, EMA 1,340 and 910 at seeds 1 and 2. The seed-0 test of MA (one member, 108 s on a loaded
+2-core host, 2026-11-29) runs in `make library`; EMA's seed 0 and the seeds 1-2 tests are slow (`make test-slow`):
+CI had run past its 60 minutes.
 """
 
 from pathlib import Path
@@ -33,7 +34,7 @@ def steps_to_95(method: str, seeds: list[int]) -> list[int | None]:
 
 
 @pytest.mark.library
-@pytest.mark.parametrize("method", list(AUTHORS_LOOP))
+@pytest.mark.parametrize("method", ["ma", pytest.param("ema", marks=pytest.mark.slow)])
 def test_the_published_setting_reaches_95_percent_at_the_papers_step_at_seed_0(method):
     (step,) = steps_to_95(method, [0])
     published = AUTHORS_LOOP[method][0]

@@ -244,6 +244,7 @@ def test_a_sweep_in_a_log_says_how_far_it_is(tmp_path):
     assert progress and progress[-1].split(" ", 1)[1].startswith(f"[grokray] {n}/{n} configurations"), text
 
 
+@pytest.mark.reliability  # 36 s: make reliability (the default suite ran 16.7 min, 2026-11-29)
 def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
     """`ray job stop` and batch schedulers send SIGTERM: the driver stops as on Ctrl-C (Tune saves its state, the
     parent ends KILLED, the command says how to resume) instead of dying with its runs left RUNNING."""

@@ -92,6 +92,7 @@ def test_the_private_tune_handle_grokray_adapts_is_there(tmp_path):
     assert replace_restored_callbacks(tuner, [line]) and tuner._local_tuner.get_run_config().callbacks == [line]
 
 
+@pytest.mark.reliability  # 41 s: make reliability (the default suite ran 16.7 min, 2026-11-29)
 def test_resume_of_a_finished_launch_says_so_and_changes_nothing(tmp_path):
     """Issue 52: `--resume` after a launch closed as finished re-closed it, rewriting its duration, description
     and figures. Now it says the launch is finished, exits 0 and leaves the parent as it was, to the byte."""

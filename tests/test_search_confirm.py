@@ -108,6 +108,7 @@ def _rows(client, run_id, tmp_path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.library  # 32 s: make library (the default suite ran 16.7 min, 2026-11-29)
 def test_the_stage_reruns_the_best_settings_at_fresh_seeds_and_records_them_on_the_search(local_ray, tmp_path):
     from grokray.run.search import run_search
 

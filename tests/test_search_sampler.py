@@ -82,7 +82,7 @@ def test_a_startup_that_cannot_apply_is_one_clear_line(sets, says):
     assert says in str(err.value)
 
 
-def test_a_presets_search_keeps_a_study_of_its_own(tmp_path):
+def test_a_presets_search_keeps_a_study_of_its_own(tmp_path, capsys):
     """Issue 61: the README's commands in order: after the `--scale smoke` search the full one refused ("study
     already exists ... pass --resume"), then refused the resume (a study made from another budget). A preset that
     changes the search now names its own study; the full search starts its own; an empty preset (reduced: {})
@@ -103,3 +103,13 @@ def test_a_presets_search_keeps_a_study_of_its_own(tmp_path):
     cfg = parse_search(smoke)
     with pytest.raises(SpecError, match="made from a different .*-s search.study=degrok-toy-2"):
         open_study(smoke, cfg, *open_storage(cfg, str(tmp_path)), resume=False)
+    from grokray.cli import main  # the dry-run refuses what the launch refuses, and makes nothing
+
+    dry = ["search", str(DEGROK), "--dry-run", "--no-calibrate", "--storage", str(tmp_path)]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([*dry, "--scale", "smoke", "-s", "search.study=degrok-toy"]) == 2
+    assert "-s search.study=degrok-toy-2" in capsys.readouterr().err
+    assert main(dry) == 2  # the same search: --resume is the advice
+    assert "already exists" in (err := capsys.readouterr().err) and "pass --resume" in err
+    assert main([*dry, "--scale", "smoke", "-s", "search.study=fresh"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -197,12 +197,8 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
     """Create the study, or with `resume` load it and check it was made from the same space and objectives."""
     fingerprint = study_fingerprint(spec, cfg)
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
-    if cfg.study in existing and not resume:  # the advice that works: --resume only for a study of this search
-        n, changed = existing[cfg.study].n_trials, _changed(existing[cfg.study].user_attrs, fingerprint)
-        advice = (f"it was made from a different {', '.join(changed)}, so name a new one: -s search.study="
-                  f"{cfg.study}-2" if changed else "pass --resume to continue it, or name a new one with "
-                  "-s search.study=NAME")
-        raise SpecError("search.study", f"study {cfg.study!r} already exists in {label} with {n} trials; {advice}")
+    if cfg.study in existing and not resume:
+        raise _exists(cfg, label, existing[cfg.study], fingerprint)
     if cfg.study not in existing and resume:
         raise SpecError("--resume", f"no study {cfg.study!r} in {label}; run without --resume to start it")
     if not resume:
@@ -223,6 +219,27 @@ def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool)
     if [d.name.lower() for d in study.directions] != directions(cfg):
         raise SpecError("search.objective", f"study {cfg.study!r} has {len(study.directions)} objectives")
     return study
+
+
+def _exists(cfg: SearchConfig, label: str, summary, fingerprint: dict) -> SpecError:
+    """A new search's study is there already; the advice that works: --resume only for a study of this search."""
+    changed = _changed(summary.user_attrs, fingerprint)
+    advice = (f"it was made from a different {', '.join(changed)}, so name a new one: -s search.study={cfg.study}-2"
+              if changed else "pass --resume to continue it, or name a new one with -s search.study=NAME")
+    return SpecError("search.study", f"study {cfg.study!r} already exists in {label} with {summary.n_trials} "
+                                     f"trials; {advice}")
+
+
+def new_study_problem(spec: Spec, cfg: SearchConfig, results_dir: str) -> None:
+    """What a new search (no --resume) would refuse, for a dry-run: its study already in its journal file. Reads
+    only: a journal that is not there is not made (an RDB is the launch's to ask)."""
+    path = journal_path(cfg, results_dir)
+    if path is None or not Path(path).is_file():
+        return
+    storage, label = open_storage(cfg, results_dir)
+    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if cfg.study in existing:
+        raise _exists(cfg, label, existing[cfg.study], study_fingerprint(spec, cfg))
 
 
 def _changed(user_attrs: dict, fingerprint: dict) -> list[str]:

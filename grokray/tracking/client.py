@@ -251,7 +251,10 @@ def prepare_store(uri: str) -> None:
     path = Path(uri[len("sqlite:///"):])
     folder = os.open(path.parent, os.O_RDONLY)
     try:
-        fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
+        except OSError:  # a file system without locks (some network mounts): open as before, unguarded
+            pass
         con = sqlite3.connect(path, timeout=30)
         try:
             con.execute("PRAGMA journal_mode=WAL")

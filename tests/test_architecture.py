@@ -300,7 +300,9 @@ def test_importing_analysis_loads_no_mlflow():
 
 
 # -- seams: what one package alone may know (issue 54) --------------------------------------------------------------
-MLFLOW_FILTER = re.compile(r"\b(tags|attributes|params|metrics)\.(`|\w+\s*(=|!=|<|>|LIKE\b|ILIKE\b|IN\b|DESC\b|ASC\b))")
+# every prefix MLflow's filter and order-by grammar takes (issue 62: tag., attr., run., param., metric. ... too)
+MLFLOW_FILTER = re.compile(r"\b(tags?|attr|attributes?|run|params?|parameters?|metrics?)\."
+                           r"(`|\w+\s*(=|!=|<|>|LIKE\b|ILIKE\b|IN\b|DESC\b|ASC\b))")
 MLFLOW_TAG = re.compile(r"\bmlflow\.([a-z]+[A-Z]\w*|user\b|source\.|note\.)")  # mlflow.parentRunId, mlflow.runName
 CLI_FLAG = re.compile(r"(^|[\s(`'\"])--[a-z][a-z-]*")
 
@@ -351,6 +353,11 @@ def _outside(*folders: str) -> list[Path]:
 @pytest.mark.parametrize(("check", "planted"), [
     (mlflow_syntax, 'parents = store.runs([e], f"tags.`{ROLE_TAG}` = \'{PARENT}\'")\n'),
     (mlflow_syntax, 'found = store.latest(ids, "attributes.start_time DESC")\n'),
+    (mlflow_syntax, 'found = store.latest(ids, "attr.start_time DESC")\n'),
+    (mlflow_syntax, 'done = store.runs([e], "tag.`grokray.phase` != \'\'")\n'),
+    (mlflow_syntax, 'fast = store.runs([e], "metric.steps_run < 100")\n'),
+    (mlflow_syntax, 'mine = store.runs([e], "run.status = \'RUNNING\'")\n'),
+    (mlflow_syntax, 'these = store.runs([e], "param.seed = \'1\'")\n'),
     (mlflow_syntax, 'runs = [r for r in everything if "mlflow.parentRunId" in r.tags]\n'),
     (cli_flags, 'raise ValueError(f"--x: {axis!r} is not a parameter")\n'),
     (optimizer_kind_branches, 'if self.kind == "muon":\n    pass\n'),

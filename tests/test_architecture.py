@@ -203,6 +203,17 @@ def test_no_file_over_the_size_limit():
     assert not big, big
 
 
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_the_length_limit():
+    """Issue 62: a function a reader takes in at once (analyze was 83 lines); its docstring and comments count."""
+    long = {f"{p.relative_to(ROOT)}:{n.name}": n.end_lineno - n.lineno + 1 for p in SOURCES
+            for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES}
+    assert not long, long
+
+
 # -- private attributes of other objects ---------------------------------------------------------------------------
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}  # public, underscored only to keep clear of fields
 # The one place each private attribute of a library is used, where the installed version has no public API; each

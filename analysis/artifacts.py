@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from grokray.engine.states import STATE_ARTIFACT  # the file the engine writes, named once
+
 from .load import open_store
 from .representations import agop_circulant_distance, fourier_spectrum, pca, rqi
 
 __all__ = ["EMBEDDINGS", "METRIC_COLUMNS", "STATE_ARTIFACT", "load_states", "representation_metrics",
            "state_metrics"]
 
-STATE_ARTIFACT = "final_state.pt"  # grokray.engine.states.STATE_ARTIFACT (not imported: analysis stays torch-free)
 EMBEDDINGS = {"toy": "embed", "transformer": "tok"}  # model family -> its symbol-embedding parameter
 METRIC_COLUMNS = ("rqi", "pca_entropy", "pca_top_ratio", "fourier_top_frequency", "fourier_top_fraction",
                   "agop_circulant_distance")

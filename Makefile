@@ -31,7 +31,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 library: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -m library; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -m 'library and not slow'; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
 
 # Every figure of sweeps/ at SCALE (smoke, reduced or paper), pages in docs/atlas; run again to resume.
 SCALE ?= reduced

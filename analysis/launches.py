@@ -37,7 +37,7 @@ class LaunchRead:
     runs: int
     setup: dict  # {"budget": (5000,), "threshold": (0.9,), ...}: the values its runs have
     seeds: tuple
-    left_running: str = ""  # the line for a launch a dead driver left RUNNING (tracking.parent.left_by_dead_driver)
+    left_running: str = ""  # the line for a launch a dead driver left RUNNING (tracking.drivers.left_by_dead_driver)
 
     def describe(self) -> str:
         values = ", ".join(f"{name} {'/'.join(f'{v:g}' for v in vals)}" for name, vals in self.setup.items() if vals)

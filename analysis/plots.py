@@ -88,9 +88,10 @@ class CellAxis:
             # on a coarse lattice (an adaptive sweep's refined points: every gap a whole number of the smallest, at
             # most 4 lattice points a value) keep their places (they were spaced evenly, 0.625 as far from 0 as 5
             # from 2.5)
-            steps = gaps / gaps.min() if gaps.min() > 0 else gaps
-            on_lattice = gaps.min() > 0 and np.allclose(steps, np.round(steps), rtol=0, atol=1e-6)
-            self.numeric = bool(on_lattice and steps.sum() + 1 <= 4 * len(values))
+            smallest = gaps.min()  # 0 only for a repeated value
+            steps = gaps / smallest if smallest > 0 else gaps
+            self.numeric = bool(smallest > 0 and np.allclose(steps, np.round(steps), rtol=0, atol=1e-6)
+                                and steps.sum() + 1 <= 4 * len(values))
         if not self.numeric:
             self.pos = {_slot_key(v): float(i) for i, v in enumerate(values)}
             centres = np.arange(max(len(values), 1), dtype=float)  # an empty axis still gets one slot
@@ -121,7 +122,15 @@ class CellAxis:
         return self.edges[k].astype(float), self.edges[k + 1].astype(float)
 
     def spread(self, values: list[float]) -> list[float]:
-        return _spread(np.log10(values) if self.log else np.asarray(values), values)
+        """The values to label, at least a twelfth of the axis apart in its own scale, the first and the last
+        kept: an adaptive sweep's refined points (5.6e-3, 7.5e-3, 1e-2) ran into each other."""
+        t = np.log10(values) if self.log else np.asarray(values)
+        kept = [0]
+        for k in range(1, len(t)):
+            if t[k] - t[kept[-1]] >= (t[-1] - t[0]) / 12 - 1e-12:
+                kept.append(k)
+        kept[-1] = len(t) - 1  # the last value is labelled; one too close before it is not
+        return [values[k] for k in kept]
 
     def style(self, ax, which: str, label: str) -> None:
         set_scale, set_lim, set_ticks, set_label = (
@@ -141,19 +150,6 @@ class CellAxis:
         if which == "x" and (len(self.values) > 6 or len(labels) * max(map(len, labels), default=0) > 30):
             for t in ax.get_xticklabels():  # six ticks like 2.5e-4 side by side would run into each other
                 t.set_rotation(45)
-
-
-def _spread(t: np.ndarray, values: list[float]) -> list[float]:
-    """The values to label, at least a twelfth of the axis apart (in its own scale, `t`), the first and the last
-    kept: an adaptive sweep's refined points (5.6e-3, 7.5e-3, 1e-2) ran into each other."""
-    gap = (t[-1] - t[0]) / 12
-    kept = [0]
-    for k in range(1, len(t)):
-        if t[k] - t[kept[-1]] >= gap - 1e-12:
-            kept.append(k)
-    if kept[-1] != len(t) - 1:
-        kept[-1] = len(t) - 1  # the last value is labelled; the one too close before it is not
-    return [values[k] for k in kept]
 
 
 def _null_locator():

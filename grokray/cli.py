@@ -186,9 +186,10 @@ def _search_dry_run(spec, cfg, args) -> int:
 
     _launch_options(args).check_local_gpu_share(spec.resources.gpu)  # what the launch would refuse, the dry-run too
     n = args.n_trials if args.n_trials is not None else cfg.n_trials
-    resumes = [resume_line(spec, cfg, resolve_storage(args.storage))] if args.resume else []  # or its SpecError
+    storage = resolve_storage(args.storage)
+    resumes = [resume_line(spec, cfg, storage)] if args.resume else []  # or its SpecError
     if not args.resume:  # a study that is there already: refused by the dry-run as by the launch
-        new_study_problem(spec, cfg, resolve_storage(args.storage))
+        new_study_problem(spec, cfg, storage)
     plan = search_plan(spec, n)
     found = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, args.spec, slots=cfg.max_concurrent)
     print("\n".join([*search_plan_lines(cfg, n, plan_budget(plan), found, spec.seeds), *resumes]))

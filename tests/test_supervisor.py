@@ -73,7 +73,6 @@ ignore_stops()  # the launch's record is closed
 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what ray.shutdown() does to SIGTERM, in C, under Python's handler
 open(sys.argv[1] + "/closed", "w").close()
 time.sleep(1.5)  # Ray's shutdown, the last seconds a stop used to cut
-ignore_stops()  # the launch re-asserts it after ray.shutdown()
 take_stops()
 print("phase table")
 """

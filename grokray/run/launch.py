@@ -167,8 +167,6 @@ class Launch:
         if self.started_ray:
             t0 = time.time()
             ray.shutdown()
-            if self.closed:  # ray.shutdown() reset SIGTERM to the default in C: ignored again, as at the close
-                ignore_stops()
             self.started_ray = False
             self.timings["ray_stop"] = time.time() - t0
 

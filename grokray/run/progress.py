@@ -157,4 +157,3 @@ class DiskWatch(tune.Callback):
                   " stopping the launch as Ctrl-C would; free some space, then continue it with --resume",
                   file=sys.stderr, flush=True)
             signal.raise_signal(signal.SIGINT)
-

@@ -46,8 +46,8 @@ def ignore_stops() -> None:
     """A launch's record is closed: SIGINT and SIGTERM have nothing left to stop until Ray is down and the CLI has
     said how it ended, so they are ignored (a stop in those last seconds turned exit 0 into 143, the phase table
     unprinted), and the supervisor is told not to pass them on: ray.shutdown() resets SIGTERM to the default in
-    C, under Python's handler, so only a signal that never reaches the driver is safe. Called again after
-    ray.shutdown(); take_stops() restores them."""
+    C, under Python's handler, so only a signal that never reaches the driver is safe. take_stops() restores
+    them."""
     path = os.environ.get(STOP_BEAT_ENV)
     if path:
         try:

@@ -196,7 +196,7 @@ def best_trials(study, cfg: SearchConfig) -> list[dict]:
 def open_study(spec: Spec, cfg: SearchConfig, storage, label: str, resume: bool):
     """Create the study, or with `resume` load it and check it was made from the same space and objectives."""
     fingerprint = study_fingerprint(spec, cfg)
-    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    existing = _studies(storage)
     if cfg.study in existing and not resume:
         raise _exists(cfg, label, existing[cfg.study], fingerprint)
     if cfg.study not in existing and resume:
@@ -237,9 +237,13 @@ def new_study_problem(spec: Spec, cfg: SearchConfig, results_dir: str) -> None:
     if path is None or not Path(path).is_file():
         return
     storage, label = open_storage(cfg, results_dir)
-    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
-    if cfg.study in existing:
-        raise _exists(cfg, label, existing[cfg.study], study_fingerprint(spec, cfg))
+    if (found := _studies(storage).get(cfg.study)) is not None:
+        raise _exists(cfg, label, found, study_fingerprint(spec, cfg))
+
+
+def _studies(storage) -> dict:
+    """The storage's studies by name (their summaries: trial counts and user attributes)."""
+    return {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
 
 
 def _changed(user_attrs: dict, fingerprint: dict) -> list[str]:

@@ -255,11 +255,39 @@ def prepare_store(uri: str) -> None:
             fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
         except OSError:  # a file system without locks (some network mounts): open as before, unguarded
             pass
-        con = sqlite3.connect(path, timeout=30)
-        try:
-            con.execute("PRAGMA journal_mode=WAL")
-        finally:
-            con.close()
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # the schema, made or checked, locked
+        _set_wal(sqlite3, path)
+        _open_schema(uri)
     finally:
         os.close(folder)
+
+
+def _set_wal(sqlite3, path: Path, wait_s: float = 30.0) -> None:
+    """WAL mode, retried: another process that opens the file without our lock (an `mlflow ui`, a reader polling it)
+    makes SQLite refuse the switch at once, without its busy wait. WAL is a speed-up, so after wait_s the launch goes
+    on in the file's present mode rather than failing."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        con = sqlite3.connect(path, timeout=wait_s)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                return
+        finally:
+            con.close()
+        time.sleep(0.2)
+
+
+def _open_schema(uri: str, tries: int = 5) -> None:
+    """MLflow's tables, made or checked. An opener outside our lock may be running the same migrations on a new file;
+    the loser's error ("duplicate column name", "database is locked") is that race, and the next try finds the
+    schema made."""
+    for attempt in range(tries):
+        try:
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+            return
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))

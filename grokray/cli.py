@@ -252,18 +252,32 @@ def _atlas_places(args) -> None:
     mistakes.raise_any()
 
 
+def _atlas_dry_run(args, figures) -> int:
+    """The checks a run makes, then each piece's action and estimate; nothing trained or written."""
+    _atlas_places(args)
+    from .atlas.dry_run import dry_run_lines  # imports Ray's modules (no Ray started): after the checks
+    from .tracking.uri import resolve_tracking_uri
+
+    print("\n".join(dry_run_lines(figures, resolve_tracking_uri(args.tracking_uri))))
+    return 0
+
+
 def _atlas(args) -> int:
     from pathlib import Path
 
     specs = args.specs or sorted(str(p) for p in Path("sweeps").glob("*.yaml"))
     if not specs:
         raise SpecError("SPEC", "no specs given and no sweeps/*.yaml here; name the spec files")
+    if args.dry_run and (args.pages_only or args.from_data):
+        raise SpecError("--dry-run", "goes with a run; --pages-only and --from-data train nothing (drop one)")
     if args.from_data:  # no Ray, no MLflow: each page from its data file (and the -s its JSON recorded)
         from .atlas.rerender import rerender_atlas
         return 0 if rerender_atlas(specs, args.scale, args.output) else 1
     from .atlas.plan import plan_atlas
 
     figures = plan_atlas(specs, args.scale, tuple(args.set))  # all checked before Ray starts or MLflow is written
+    if args.dry_run:
+        return _atlas_dry_run(args, figures)
     _atlas_places(args)
     for note in dict.fromkeys(n for f in figures for p in f.pieces for n in p.spec.notes):
         print(f"grokray: {note}", file=sys.stderr)

@@ -137,6 +137,8 @@ def _add_atlas(sub, handlers, tracking) -> None:
                        help="Ray Tune results and search journals (default: ./grokray-results)")
     atlas.add_argument("--pages-only", action="store_true", help="write pages from what MLflow holds; run nothing")
     atlas.add_argument("--from-data", action="store_true", help="redraw the pages in --output from their data files")
+    atlas.add_argument("--dry-run", action="store_true", help="say what each piece would do (run, resume or skip) "
+                       "and its estimate; train and write nothing")
     _progress_flag(atlas)
     atlas.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                        help="dotted override for every piece of every figure, after the pieces' own (repeatable); "

@@ -134,6 +134,12 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     spec = _write(tmp_path, SMALL)
     uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "atlas"
     lines = []
+    from grokray.atlas.dry_run import dry_run_lines
+
+    figure = plan_figure(spec, "reduced")
+    before = dry_run_lines([figure], uri)  # `grokray atlas --dry-run`: no store yet, so both pieces would run
+    assert [line.split(":")[1].split(",")[0].strip() for line in before[:2]] == ["run 4 configurations"] * 2
+    assert before[2].startswith("in all: estimate") and not (tmp_path / "mlflow.db").exists()
     [result] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), progress="never", log=lines.append)
     assert [r.action for r in result.records] == ["ran", "ran"]
     client = MlflowClient(uri)
@@ -211,6 +217,12 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     # a piece left unfinished (as a killed driver leaves it) is resumed, not rerun: same parent, a second segment
     low = result.records[0].parent_run_id
     client.set_terminated(low, "KILLED")
+    from grokray.plan.estimate import fmt_minutes
+
+    est = result.records[0].estimate
+    assert dry_run_lines([figure], uri)[:2] == [  # the interrupted piece resumes with the estimate it started with
+        f"small-reduced low: resume 4 configurations, estimate {fmt_minutes(est[0])} (upper {fmt_minutes(est[1])})",
+        "small-reduced high: complete in MLflow: skipped"]
     [partial] = build_atlas([spec], "reduced", out, uri, str(tmp_path / "results"), run=False, log=lines.append)
     assert partial.page is None and partial.error == "pieces not run or not complete: low"
     assert (out / "small-reduced.md").read_text() == page  # --pages-only does not write half a figure

@@ -129,6 +129,9 @@ OTHERS = [  # (the whole command, the flag or field the line names)
     (["atlas", "--scale", "smoke", Q, "-s", "train.steps=-1"], "train.steps"),
     (["atlas", "--scale", "smoke", Q, "--pages-only"], "--tracking-uri"),  # no store to read: never created
     (["atlas", "--scale", "smoke", Q, "--progress", "loud"], "--progress"),
+    (["atlas", "--scale", "smoke", Q, "--dry-run", "--pages-only"], "--dry-run"),
+    (["atlas", "--scale", "smoke", Q, "--dry-run", "--from-data"], "--dry-run"),
+    (["atlas", "--scale", "smoke", Q, "--dry-run", "--tracking-uri", "foo://bar"], "--tracking-uri"),
     (["atlas", "--scale", "smoke"], "SPEC"),  # no sweeps/ here
     (["ui", "--tracking-uri", "foo://bar"], "--tracking-uri"), (["ui"], "--tracking-uri"),  # no store: not created
     (["ui", "--tracking-uri", "sqlite:///missing.db"], "--tracking-uri"),

@@ -345,3 +345,21 @@ def test_a_killed_segment_keeps_the_wall_time_its_clock_logged(tmp_path):
     second.log(store, run.info.run_id)
     assert [s for s, _ in segments(store, run.info.run_id)] == pytest.approx([clock.start, second.start], abs=1e-3)
     assert segments(store, run.info.run_id)[0][1] == wall and 0.3 <= segments(store, run.info.run_id)[1][1] < wall
+
+
+def test_pages_only_on_a_fresh_store_leaves_a_methods_page_whose_members_were_kept(tmp_path):
+    """Found by the README test: `atlas --scale reduced --pages-only` in a fresh clone kept each method's page (their
+    runs are not in this store) but redrew the side-by-side methods page from the empty store: its table lost every
+    trial and its curves were blank. A methods page whose members were kept is left as it is."""
+    from grokray.atlas.build import FigureResult, write_compare_pages
+    from grokray.atlas.runner import PieceRecord
+
+    root = Path(__file__).resolve().parents[1]
+    members = [plan_figure(root / "sweeps" / f"grokfast_{m}.yaml", "reduced") for m in ("ma", "ema")]
+    results = [FigureResult(f, [PieceRecord(p.name, "", "missing") for p in f.pieces], [],
+                            tmp_path / f"{f.stem}.md") for f in members]
+    lines = []
+    write_compare_pages(results, tmp_path, f"sqlite:///{tmp_path}/fresh.db", lines.append)
+    assert lines == ["[atlas] grokfast-methods: left as it is, grokfast_ma-reduced, grokfast_ema-reduced kept from "
+                     "the committed pages (this store holds none of their runs)"]
+    assert not list(tmp_path.glob("grokfast-methods*")) and not (tmp_path / "img").exists()

@@ -115,5 +115,10 @@ def write_compare_pages(results: list[FigureResult], out_dir, tracking_uri: str,
         if missing:
             log(f"[atlas] {name}: not drawn, {', '.join(missing)} not complete")
             continue
+        kept = [r.figure.stem for r in members if not any(rec.parent_run_id for rec in r.records)]
+        if kept:  # a kept page's runs are not in this store: drawn from it, the side-by-side page would be empty
+            log(f"[atlas] {name}: left as it is, {', '.join(kept)} kept from the committed pages "
+                "(this store holds none of their runs)")
+            continue
         page = write_methods_page(name, members, out_dir, tracking_uri)
         log(f"[atlas] {name}: {len(members)} methods side by side -> {page}")

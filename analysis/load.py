@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from grokray.contracts import CURVE_METRICS
+from grokray.phases import summary_metric
 from grokray.tracking.records import RunRecord
 from grokray.tracking.schema import (
     CODE_VERSION_TAG,
@@ -142,6 +143,14 @@ def runs_to_frame(runs: Iterable[RunRecord], narrow: bool = False, keep: Iterabl
     return frame.frame()
 
 
+def _own_threshold(value) -> str | None:
+    """The threshold part of the run's crossing names (phases.summary_metric's rule), from its logged param."""
+    try:
+        return summary_metric("", float(value))[1:]
+    except (TypeError, ValueError):
+        return None
+
+
 class FrameBuilder:
     """runs_to_frame a run at a time: a launch's close hands it each record of the one pass in which it ends and
     counts the children, so its diagram reads no run a second time (`add` per run, then `frame()` once)."""
@@ -179,8 +188,9 @@ class FrameBuilder:
             m = _CROSSING.match(k)
             if m:
                 crossings[m.group(1)][m.group(2)] = v
+        own = _own_threshold(r.params.get("phases.threshold"))  # the run's own, else 0.9, else the lowest logged
         for side, by_thr in crossings.items():
-            thr = "0.9" if "0.9" in by_thr else (sorted(by_thr)[0] if by_thr else None)
+            thr = own if own in by_thr else "0.9" if "0.9" in by_thr else (sorted(by_thr)[0] if by_thr else None)
             row[f"step_{side}"] = by_thr[thr] if thr else np.nan
         row["gap"] = metrics.get("grokking_gap", np.nan)
         for k, v in row.items():

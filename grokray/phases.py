@@ -18,6 +18,17 @@ PHASES = ("comprehension", "grokking", "memorization", "confusion", "val_without
 UNDECODABLE = "undecodable"  # counted apart: the split itself cannot reach the threshold on validation
 
 
+def summary_metric(name: str, threshold: float) -> str:
+    """The one rule for a crossing's summary name, STYLE.md's: step_val_acc_0.9, step_train_acc_0.95, step_rqi_0.95.
+    Every reader and writer builds it here, so a spec at another threshold keeps its crossings everywhere."""
+    return f"{name}_{threshold:g}"
+
+
+def crossing_metrics(threshold: float) -> tuple[str, str]:
+    """(train, val) crossing summary names at a threshold."""
+    return summary_metric("step_train_acc", threshold), summary_metric("step_val_acc", threshold)
+
+
 def _within(step: int | None, budget: int) -> bool:
     return step is not None and step <= budget
 

@@ -363,3 +363,30 @@ def test_pages_only_on_a_fresh_store_leaves_a_methods_page_whose_members_were_ke
     assert lines == ["[atlas] grokfast-methods: left as it is, grokfast_ma-reduced, grokfast_ema-reduced kept from "
                      "the committed pages (this store holds none of their runs)"]
     assert not list(tmp_path.glob("grokfast-methods*")) and not (tmp_path / "img").exists()
+
+
+def test_a_figure_at_threshold_095_keeps_its_crossing_steps_in_its_data_file(tmp_path):
+    """Issue 62: the data file's columns were written out at 0.9, so a spec with `phases.threshold: 0.95` (the
+    Grokfast specs) lost its crossing steps there, and the page redrawn from it lost its steps. The columns follow
+    the figure's threshold (phases.summary_metric), and the runs read back carry their steps."""
+    from analysis.load import runs_to_frame
+    from grokray.atlas.data import read_run_table, write_run_table
+    from grokray.tracking.records import RunRecord
+    from grokray.tracking.schema import PHASE_TAG, SWEPT_TAG
+
+    spec = _write(tmp_path, {**SMALL, "phases": {"threshold": 0.95, "budget": 150, "gap": 50}})
+    figure = plan_figure(spec, "reduced")
+    piece = figure.pieces[0]
+    runs = [RunRecord(f"r{i}", "", "", "FINISHED", None, None,
+                      {"phases.threshold": "0.95", **{k: str(v) for k, v in piece.spec.point(i).items()}},
+                      {PHASE_TAG: "grokking", SWEPT_TAG: json.dumps(sorted(piece.spec.axes))},
+                      {"step_train_acc_0.95": 12.0 + i, "step_val_acc_0.95": 120.0 + i, "grokking_gap": 108.0})
+            for i in range(2)]
+    df = runs_to_frame(runs)
+    assert list(df["step_val"]) == [120.0, 121.0]  # the run's own threshold's crossing, read by analysis
+    df["piece"] = piece.name
+    write_run_table(df, tmp_path / "data.csv", 0.95)
+    header = (tmp_path / "data.csv").read_text().splitlines()[0].split(",")
+    assert "step_train_acc_0.95" in header and "step_val_acc_0.95" in header and "step_val_acc_0.9" not in header
+    back = read_run_table(tmp_path / "data.csv", figure)
+    assert sorted(back["step_val"]) == [120.0, 121.0] and sorted(back["step_train"]) == [12.0, 13.0]

@@ -21,10 +21,12 @@ from analysis.diagram import FractionCurve, crossing, generalization_vs_fraction
 from analysis.effective_theory import p_unique_curve, val_ceiling
 from analysis.labels import runs_subtitle
 
+from ..models.diagnostics import RQI_THRESHOLD
+from ..phases import summary_metric
 from .markdown import md_table
 from .plan import Figure
 
-RQI_STEP = "step_rqi_0.95"
+RQI_STEP = summary_metric("step_rqi", RQI_THRESHOLD)
 MEASURES = ("val acc >= threshold", "RQI > 0.95")
 
 

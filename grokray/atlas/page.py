@@ -261,7 +261,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     ran = ran_data(records, timings)
     search = search_data(figure, records, img_dir, tracking_uri) if figure.pieces[0].search else None
     page, summary = render_page(figure, df, out, notes_dir, ran=ran, search=search)
-    write_run_table(df, out / "data" / f"{figure.stem}.csv")
+    write_run_table(df, out / "data" / f"{figure.stem}.csv", figure.pieces[0].spec.first_trial().phases.threshold)
     write_summary(figure, df, out, summary, ran, search)
     return page
 

@@ -13,6 +13,7 @@ from ..config import OptimConfig
 from ..contracts import CURVE_METRICS
 from ..models import MODELS
 from ..models.diagnostics import RQI_THRESHOLD
+from ..phases import crossing_metrics, summary_metric
 
 METRICS = CURVE_METRICS
 SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")
@@ -32,9 +33,9 @@ class MemberResult:
     def summary(self, threshold: float = 0.9) -> dict[str, float]:
         """Summary metrics with the names STYLE.md fixes: step_train_acc_0.9, step_val_acc_0.9, grokking_gap."""
         out = {f"final/{k}": v for k, v in self.final.items()}
-        for key, value in (("step_train_acc", self.step_train), ("step_val_acc", self.step_val)):
+        for key, value in zip(crossing_metrics(threshold), (self.step_train, self.step_val), strict=True):
             if value is not None:
-                out[f"{key}_{threshold:g}"] = value
+                out[key] = value
         if self.gap is not None:
             out["grokking_gap"] = self.gap
         out["steps_run"] = self.steps_run
@@ -43,7 +44,7 @@ class MemberResult:
         formed = [s for s, v in zip(self.curve.get("step", []), self.curve.get("rqi", []), strict=False)
                   if v is not None and v > RQI_THRESHOLD]
         if formed:  # Liu's "steps to RQI > 0.95": the first recorded step where the representation had formed
-            out[f"step_rqi_{RQI_THRESHOLD:g}"] = formed[0]
+            out[summary_metric("step_rqi", RQI_THRESHOLD)] = formed[0]
         return out
 
 

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..errors import LaunchFinished
+from ..phases import crossing_metrics
 from ..search.config import SearchConfig, parse_search
 from ..search.confirm import CONFIRM_ARTIFACT_DIR, CONFIRM_FILE, ROW_COLUMNS, confirmed_best, top_settings
 from ..search.objective import OBJECTIVE_FNS
@@ -72,7 +73,7 @@ def seed_rows(children: list, settings: list[dict], cfg: SearchConfig, threshold
                      if all(_same(_param(run.params, k), v) for k, v in s.items())), None)
         if rank is None:
             continue
-        steps = [run.metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]
+        steps = [run.metrics.get(name) for name in crossing_metrics(threshold)]
         ideal = run.metrics.get("ideal_val_acc")
         rows.append({"setting": rank, "seed": int(run.params.get("seed", -1)), "phase": run.tags[PHASE_TAG],
                      "score": score(run.tags[PHASE_TAG], steps[0], steps[1], cfg.penalty),

@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..errors import SpecError
+from ..phases import crossing_metrics
 from ..spec import Spec
 from ..tracking.schema import (
     CONFIRM_PENDING,
@@ -272,7 +273,7 @@ def finished_runs(children, threshold: float) -> dict[str, dict]:
         tags, metrics = run.tags, run.metrics
         if run.status != "FINISHED" or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
             continue
-        steps = [metrics.get(f"{name}_{threshold:g}") for name in ("step_train_acc", "step_val_acc")]
+        steps = [metrics.get(name) for name in crossing_metrics(threshold)]
         out[tags[TRIAL_KEY_TAG]] = {"seed": run.params.get("seed", ""), "phase": tags[PHASE_TAG], "run_id": run.run_id,
                                     "step_train": None if steps[0] is None else int(steps[0]),
                                     "step_val": None if steps[1] is None else int(steps[1]),

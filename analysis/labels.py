@@ -3,12 +3,11 @@ says what the figure aggregates (seeds, budget, configurations). Pure strings, s
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
 from grokray.models import MODELS
+from grokray.numbers import short_number
 
 NAMES = {  # the axes of the library's figures; anything else is shortened by rule (axis_label)
     "optim.decoder.lr": "decoder lr",
@@ -37,23 +36,8 @@ def axis_label(key: str) -> str:
 
 
 def tick_label(value, log: bool = False) -> str:
-    """Compact: 1e-4, 3.2e-4, 0.5, 10, 1.5e5; anything not a number as it is."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    if not math.isfinite(v):
-        return str(value)
-    if v == 0:
-        return "0"
-    exp = math.floor(math.log10(abs(v)))
-    if log or exp < -2 or exp > 4:
-        mant = v / 10**exp
-        mant_text = f"{mant:.2g}"
-        if mant_text == "10":
-            mant_text, exp = "1", exp + 1
-        return f"{mant_text}e{exp}" if mant_text != "1" else f"1e{exp}"
-    return f"{v:.3g}"
+    """Compact, as run names write it (grokray.numbers.short_number): 1e-4, 3.16e-4, 0.5, 10, 1.5e5."""
+    return short_number(value, log)
 
 
 def _seeds_text(seeds: list) -> str:

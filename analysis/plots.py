@@ -17,6 +17,8 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from grokray.numbers import short_number
+
 from .diagram import FractionCurve, PhaseGrid
 from .labels import axis_label, tick_label
 
@@ -64,9 +66,7 @@ def phase_color(phase) -> str:
 
 
 def _fmt(v) -> str:
-    if isinstance(v, float | np.floating):
-        return f"{v:.3g}"
-    return str(v)
+    return short_number(v) if isinstance(v, float | np.floating) else str(v)
 
 
 def _slot_key(v):

@@ -60,7 +60,7 @@ def test_subtitle_says_seeds_budget_and_configurations():
     heat = plots_diagram.plot_steps_heatmap(phase_grid(rfm, X, Y), unit=step_unit(rfm))
     assert heat.get_suptitle() == "iterations to generalize"
     assert axis_label("optim.embedding.init_scale") == "embedding init scale" and axis_label("task.p") == "p"
-    assert [tick_label(v, log=True) for v in (3.1623e-4, 1e-2, 0.1)] == ["3.2e-4", "1e-2", "1e-1"]
+    assert [tick_label(v, log=True) for v in (3.1623e-4, 1e-2, 0.1)] == ["3.16e-4", "1e-2", "1e-1"]
 
 
 def test_a_cell_with_one_fast_seed_and_two_that_fail_is_not_drawn_as_the_fastest():

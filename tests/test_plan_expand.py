@@ -163,3 +163,17 @@ def test_planning_resolves_each_config_class_once_not_once_per_configuration(mon
     list(survey.pack_dicts(survey.packs(slots=2)))
     assert survey.n_configs >= 8
     assert calls and len(calls) == len(set(calls)), "a config class's annotations were resolved more than once"
+
+
+def test_run_names_and_axes_write_a_number_the_same_way():
+    """Issue 62: a run's name said 3.16e-4 where the phase diagram's axis said 3.2e-4 for the same lr; one
+    formatter (grokray.numbers.short_number) writes both."""
+    import numpy as np
+
+    from analysis.labels import tick_label
+
+    values = [*np.logspace(-5, 0, 23), 0.25, 5.0, 7, 150000, 2.5e6, -3.16e-3, 0.0, 9.996e-4, float("nan"), "tpe"]
+    for log in (False, True):
+        assert [format_value(v, log) for v in values] == [tick_label(v, log) for v in values]
+    assert [format_value(v, True) for v in (1e-4, 3.1623e-4, 1e-2, 9.996e-4)] == ["1e-4", "3.16e-4", "1e-2", "1e-3"]
+    assert [format_value(v) for v in (0.25, 5.0, 7, 150000, 0.0)] == ["0.25", "5", "7", "1.5e5", "0"]

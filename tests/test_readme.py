@@ -69,7 +69,8 @@ def test_the_readme_lists_its_commands_in_bash_blocks_the_tables_name():
 
 def _fresh_copy(dest: Path) -> None:
     """The checkout's tracked files (as a clone has them), and its installed .venv shared (CI made it moments
-    before; installing again would take minutes and test pip, not the README)."""
+    before; installing again would take minutes and test pip, not the README). PYTHONPATH then points the shared
+    .venv at the copy's code (its editable install points at this checkout, which may change while this runs)."""
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for name in files.decode().split("\0"):
         if name and (ROOT / name).is_file():
@@ -120,6 +121,10 @@ def test_every_readme_command_block_runs_in_order_from_a_fresh_clone(tmp_path):
     where.mkdir()
     _fresh_copy(where)
     env = {k: v for k, v in os.environ.items() if k not in ENV_DROPPED}
+    env["PYTHONPATH"] = str(where)  # the copy's own code, before the shared .venv's editable install of this one
+    which = subprocess.run([".venv/bin/python", "-c", "import grokray, analysis; print(grokray.__file__, "
+                            "analysis.__file__)"], cwd=where, env=env, capture_output=True, text=True, check=True)
+    assert all(path.startswith(str(where)) for path in which.stdout.split()), which.stdout
     ran, log = [], []
     for command in readme_commands((where / "README.md").read_text()):
         key = bare(command)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from ..engine import max_pack_size, pack_signature
 from ..engine.sizing import build_within_probe, fitted_pack_size, local_gpu_free_bytes
 from ..errors import SpecError
+from ..numbers import short_number
 from ..spec import Spec, TrialConfig
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
@@ -73,17 +74,8 @@ def swept_keys(spec: Spec) -> list[str]:
 
 
 def format_value(value, log: bool = False) -> str:
-    """Short readable number: 0.001 -> 1e-3, 0.000316 -> 3.16e-4, 5.0 -> 5."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int) or float(value).is_integer() and not log:
-        return str(int(value)) if abs(value) < 1e6 else f"{value:.0e}".replace("e+0", "e").replace("e+", "e")
-    v = float(value)
-    if log or (v != 0 and (abs(v) < 1e-2 or abs(v) >= 1e4)):
-        mantissa, exp = f"{v:.2e}".split("e")
-        mantissa = mantissa.rstrip("0").rstrip(".")
-        return f"{mantissa}e{int(exp)}"
-    return f"{v:.3g}"
+    """A swept value in a run name: numbers.short_number's way, as the axes write it."""
+    return short_number(value, log)
 
 
 def short_names(keys: list[str], aliases: dict[str, str] = NAME_ALIASES) -> dict[str, str]:

@@ -184,19 +184,11 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     differences are then in Analysis.mixed. A pool counts a configuration two launches trained once.
     """
 
-    axes = [a for a in (x, y) if a]  # a narrow read keeps the axes the user names
-    if runs is not None:
-        df = runs
-    elif parent_run_id is not None:
-        df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri, narrow=narrow, keep=axes)
-        parent_run_id = df.attrs["parent_run_id"]  # the whole id, where the user gave the first characters
-    elif experiment is not None:
-        df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents, narrow=narrow,
-                       keep=axes)
+    if runs is None:
+        df, parent_run_id = _read_runs(experiment, parent_run_id, tracking_uri, all_parents, narrow,
+                                       [a for a in (x, y) if a])
     else:
-        raise AnalysisError(SOURCE, "give an experiment or a parent run id")
-    if df.empty or df["phase"].notna().sum() == 0:
-        raise AnalysisError(SOURCE, f"no finished configurations in {parent_run_id or experiment!r} (no phase tags)")
+        df = runs
     read = launches_read(df, tracking_uri) if runs is None else []
     told: list[str] = []
     if len(read) > 1:  # a pool (all_parents): one setup, each configuration once
@@ -206,19 +198,7 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
     name = title or experiment or launch_label(parent_run_id, tracking_uri)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files: list[Path] = []
-
-    grid = phase_grid(df, x, y)
-    counts = phase_counts(df)
-    subtitle, unit = runs_subtitle(df), step_unit(df)
-    files += plots.save_figure(plot_phase_diagram(grid, title=f"{name}: phase diagram", subtitle=subtitle),
-                               out / "phase_diagram")
-    files += plots.save_figure(plot_steps_heatmap(grid, title=f"{name}: {unit} to generalize", subtitle=subtitle,
-                                                  unit=unit),
-                               out / "steps_heatmap")
-    (out / "phase_table.txt").write_text(phase_table_text(counts) + "\n\n" + _cells_text(grid) + "\n")
-    grid.cells.to_csv(out / "cells.csv", index=False)
-    files += [out / "phase_table.txt", out / "cells.csv"]
+    grid, counts, files = _diagram_files(df, x, y, name, out)
 
     comparison = other_label = None
     other_read: list[LaunchRead] = []
@@ -242,6 +222,37 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
             store.log_artifact(parent, f, ARTIFACT_DIR)
     return Analysis(df, grid, counts, parent if log else None, files, comparison, other_label, reps, read,
                     other_read, told)
+
+
+def _read_runs(experiment: str | None, parent_run_id: str | None, tracking_uri: str | None, all_parents: bool,
+               narrow: bool, axes: list[str]) -> tuple[pd.DataFrame, str | None]:
+    """The runs analyze draws, from a parent run (its whole id, where the user gave the first characters) or an
+    experiment's latest parent (or all of them); a narrow read keeps the axes the user names."""
+    if parent_run_id is not None:
+        df = load_runs(parent_run_id=parent_run_id, tracking_uri=tracking_uri, narrow=narrow, keep=axes)
+        parent_run_id = df.attrs["parent_run_id"]
+    elif experiment is not None:
+        df = load_runs(experiment, tracking_uri=tracking_uri, latest_parent=not all_parents, narrow=narrow,
+                       keep=axes)
+    else:
+        raise AnalysisError(SOURCE, "give an experiment or a parent run id")
+    if df.empty or df["phase"].notna().sum() == 0:
+        raise AnalysisError(SOURCE, f"no finished configurations in {parent_run_id or experiment!r} (no phase tags)")
+    return df, parent_run_id
+
+
+def _diagram_files(df: pd.DataFrame, x: str, y: str, name: str, out: Path) -> tuple[PhaseGrid, pd.Series, list[Path]]:
+    """The phase diagram, the steps heatmap, the phase table and the cells, written into out."""
+    grid = phase_grid(df, x, y)
+    counts = phase_counts(df)
+    subtitle, unit = runs_subtitle(df), step_unit(df)
+    files = plots.save_figure(plot_phase_diagram(grid, title=f"{name}: phase diagram", subtitle=subtitle),
+                              out / "phase_diagram")
+    files += plots.save_figure(plot_steps_heatmap(grid, title=f"{name}: {unit} to generalize", subtitle=subtitle,
+                                                  unit=unit), out / "steps_heatmap")
+    (out / "phase_table.txt").write_text(phase_table_text(counts) + "\n\n" + _cells_text(grid) + "\n")
+    grid.cells.to_csv(out / "cells.csv", index=False)
+    return grid, counts, [*files, out / "phase_table.txt", out / "cells.csv"]
 
 
 def _compared(compare_to: str, tracking_uri: str | None) -> tuple[pd.DataFrame, str, list[LaunchRead]]:

@@ -15,7 +15,8 @@ MAX_LINES = 400
 
 # Lower imports nothing higher. A module may import its own package and anything of a lower rank.
 RANKS = {
-    "grokray.errors": 0, "grokray.contracts": 0, "grokray.spec_keys": 0, "grokray.user_code": 0.5, "grokray.config": 1,
+    "grokray.errors": 0, "grokray.contracts": 0, "grokray.numbers": 0,
+    "grokray.spec_keys": 0, "grokray.user_code": 0.5, "grokray.config": 1,
     "grokray.spec_rules": 0.5,
     "grokray.registry": 1, "grokray.capture": 1, "grokray.spec_file": 1, "grokray.overrides": 2,
     "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3, "grokray.models": 4, "grokray.spec": 5,
@@ -26,7 +27,8 @@ RANKS = {
     "grokray": 12,
     "grokray.__main__": 13,
 }
-CORE = ("grokray.errors", "grokray.contracts", "grokray.spec_keys", "grokray.user_code", "grokray.spec_rules",
+CORE = ("grokray.errors", "grokray.contracts", "grokray.numbers",
+        "grokray.spec_keys", "grokray.user_code", "grokray.spec_rules",
         "grokray.config",
         "grokray.registry",
         "grokray.capture", "grokray.spec_file", "grokray.overrides", "grokray.phases",
@@ -357,6 +359,16 @@ def optimizer_kind_branches(source: str) -> list[str]:
             and (found := set().union(*(names(x) for x in [n.left, *n.comparators])))]
 
 
+def transient_fallbacks(source: str) -> list[str]:
+    """`except ...: if not is_transient(exc): raise`, written out: tracking.client.StoreAway says it once (it was
+    written 16 times). A retry loop's own test of the error (client.retry, the delivery's backoff) is not this."""
+    tree = ast.parse(source)
+    return [f"{h.lineno}: except ... if not is_transient(...): raise" for h in ast.walk(tree)
+            if isinstance(h, ast.ExceptHandler) and h.body and isinstance(h.body[0], ast.If)
+            and ast.unparse(h.body[0].test).startswith("not is_transient(")
+            and isinstance(h.body[0].body[0], ast.Raise)]
+
+
 def _outside(*folders: str) -> list[Path]:
     return [p for p in SOURCES if not any(p.relative_to(ROOT).as_posix().startswith(f) for f in folders)]
 
@@ -373,6 +385,8 @@ def _outside(*folders: str) -> list[Path]:
     (cli_flags, 'raise ValueError(f"--x: {axis!r} is not a parameter")\n'),
     (optimizer_kind_branches, 'if self.kind == "muon":\n    pass\n'),
     (optimizer_kind_branches, 'moments = name in ("adam", "adamw")\n'),
+    (transient_fallbacks, 'try:\n    x = f()\nexcept Exception as exc:\n    if not is_transient(exc):\n        raise\n'
+                          '    x = None\n'),
 ])
 def test_each_seam_check_finds_its_planted_case(check, planted):
     assert check(planted), planted
@@ -393,4 +407,9 @@ def test_analysis_names_no_cli_flag():
 def test_optimizer_kinds_are_branched_on_only_in_their_registry():
     bad = {str(p.relative_to(ROOT)): found for p in _outside("grokray/optim/kinds/") if (found :=
            optimizer_kind_branches(p.read_text()))}
+    assert not bad, bad
+
+
+def test_the_store_away_rule_is_written_once():
+    bad = {str(p.relative_to(ROOT)): found for p in SOURCES if (found := transient_fallbacks(p.read_text()))}
     assert not bad, bad

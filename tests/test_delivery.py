@@ -117,6 +117,26 @@ def test_transient_or_not():
     assert not is_transient(MlflowException("bad param", error_code=INVALID_PARAMETER_VALUE))
 
 
+def test_a_block_ends_quietly_only_when_the_store_is_away():
+    """Issue 62: the one helper that replaced `except Exception: if not is_transient(exc): raise` at 12 sites."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+    from grokray.tracking.client import StoreAway
+
+    reached = []
+    with StoreAway() as away:
+        raise MlflowException("API request failed: Max retries exceeded")
+    assert away.happened
+    with StoreAway() as fine:
+        reached.append(1)
+    assert not fine.happened and reached == [1]
+    for error in (MlflowException("bad param", error_code=INVALID_PARAMETER_VALUE), ValueError("x"),
+                  KeyboardInterrupt()):
+        with pytest.raises(type(error)), StoreAway():
+            raise error
+
+
 def test_replay_command_delivers_once(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)

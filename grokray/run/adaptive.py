@@ -20,7 +20,7 @@ from ..plan.expand import check_budget, check_fits, expand
 from ..plan.lattice import AdaptivePlan, Index, PointSpec, Trial, parse_adaptive, trial_keys, trial_point
 from ..plan.refine import Refinement, next_points
 from ..spec import Spec
-from ..tracking.client import is_transient
+from ..tracking.client import StoreAway
 from ..tracking.schema import (
     ADAPTIVE_BUDGET_TAG,
     ADAPTIVE_FULL_GRID_TAG,
@@ -144,7 +144,7 @@ def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds
             if not resumed and max_rounds is not None and ran >= max_rounds:
                 interrupted = True
                 break
-            try:
+            with StoreAway() as away:
                 if resumed:
                     rnd = len(rounds.log) - 1
                 else:
@@ -154,9 +154,7 @@ def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds
                     rnd, todo = rounds.record(ref), ref.trials
                 tuner = rounds.tuner(rnd, todo, ctx, resumed)
                 launch.parent.set_tag(ADAPTIVE_ROUND_TAG, str(rnd))
-            except Exception as exc:  # noqa: BLE001
-                if not is_transient(exc):
-                    raise
+            if away.happened:
                 interrupted = True
                 break
             result = launch.fit(tuner)

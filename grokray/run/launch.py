@@ -27,7 +27,7 @@ from ray import tune
 from ..errors import LaunchFinished, SpecError
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
-from ..tracking.client import is_transient
+from ..tracking.client import StoreAway
 from ..tracking.delivery import pending_points
 from ..tracking.drivers import dead_driver_pid, left_by_dead_driver
 from ..tracking.pack_runs import RunTarget
@@ -290,11 +290,8 @@ class Launch:
         """After the last fit: what an outage held back goes out once now, if the server answers (see
         BackgroundDelivery.finish); what still cannot is the close's to wait for."""
         if self.delivery is not None:
-            try:
+            with StoreAway():
                 self.delivery.finish()
-            except Exception as exc:  # noqa: BLE001
-                if not is_transient(exc):
-                    raise
 
     # -- the close -----------------------------------------------------------------------------------------------
     def close(self, configurations: int, packs: int = 0, interrupted: bool | None = None,

@@ -12,7 +12,7 @@ import optuna
 from ..search.artifacts import log_parent_results
 from ..search.config import SearchConfig, parse_search
 from ..search.study import LINK_FILE, launch_of, link_trial_runs, storage_at
-from ..tracking.client import is_transient
+from ..tracking.client import StoreAway
 from ..tracking.parent import ParentRun
 from ..tracking.schema import SEARCH_PRUNED_TAG, TRIAL_KEY_TAG
 from ..tracking.store import Store
@@ -28,11 +28,9 @@ def leave_link(spool_dir: str, storage_label: str, study: str, experiment: str, 
 def link_runs(parent, study) -> int:
     """Link the trials whose runs were made after they ended (an outage) to them, once the parent's children can
     be read; 0 while the server is away."""
-    try:
+    with StoreAway() as away:
         children = parent.children()
-    except Exception as exc:  # noqa: BLE001
-        if not is_transient(exc):
-            raise
+    if away.happened:
         return 0
     return link_trial_runs(study, {r.tags.get(TRIAL_KEY_TAG): r.run_id for r in children})
 
@@ -60,11 +58,8 @@ def link_after_replay(spool_dir: str, uri: str) -> int:
 def end_pruned(parent: ParentRun) -> None:
     """Children ASHA stopped are tagged pruned and ended, before the close ends what is left RUNNING. Skipped while
     the tracking server is away (`grokray replay` does it then)."""
-    try:
+    with StoreAway():
         parent.end_unfinished_children(SEARCH_PRUNED_TAG)
-    except Exception as exc:  # noqa: BLE001
-        if not is_transient(exc):
-            raise
 
 
 def report_study(parent: ParentRun, study, cfg: SearchConfig) -> list[str]:
@@ -73,12 +68,9 @@ def report_study(parent: ParentRun, study, cfg: SearchConfig) -> list[str]:
     close reporting what is undelivered, while the tracking server is away."""
     if not parent.run_id:  # the server was away for the whole launch: the replay makes the parent, then this
         return []
-    try:
+    with StoreAway():
         return log_parent_results(Store(parent.uri), parent.run_id, study, cfg)
-    except Exception as exc:  # noqa: BLE001
-        if not is_transient(exc):
-            raise
-        return []
+    return []
 
 
 def finished_parent(study, uri: str):

@@ -106,6 +106,24 @@ def is_transient(exc: BaseException) -> bool:
     return any(m in text for m in TRANSIENT_MARKERS) or (status is not None and status >= 500)
 
 
+class StoreAway:
+    """`with StoreAway() as away:` runs the block; an error that says the tracking store is away (is_transient)
+    ends the block and sets `away.happened`, so the caller goes on without the store (spooling, deferring, leaving
+    the rest to the close or `grokray replay`); any other error is raised. The one place this rule is written."""
+
+    def __init__(self):
+        self.happened = False
+
+    def __enter__(self) -> StoreAway:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, Exception) or not is_transient(exc):
+            return False
+        self.happened = True
+        return True
+
+
 def retry(fn, *args, attempts: int = 6, **kwargs):
     """SQLite allows one writer at a time; packs logging at once may see 'database is locked' briefly, and a
     tracking server may be restarting. Transient failures are retried with backoff (0.2 s doubling, at most

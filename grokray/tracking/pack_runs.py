@@ -21,9 +21,9 @@ from mlflow.tracking import MlflowClient
 from ..config import only_known_fields
 from ..phases import counted_phase
 from .client import (
+    StoreAway,
     clean,
     counted_phase_of,
-    is_transient,
     latest_steps,
     now_ms,
     quick_failing_http,
@@ -176,16 +176,14 @@ class PackTracker:
                    and not p.name.endswith(HANDED_OVER)]  # handed-over files are the driver's to deliver
         for path in earlier:  # an earlier attempt of this pack spooled batches: one try before reading steps
             replay_dir(path.parent, self.client, only=[path])
-        try:
+        with StoreAway() as away:
             if not self.parent_id:  # the driver's server was away at launch: is the parent there now?
                 self.experiment_id, self.parent_id = resolve_parent(
                     self.client, target.experiment_name, target.parent_key, self.courier.resolved, OPEN_ATTEMPTS)
             existing = search_all(self.client, self.experiment_id, f"{children_filter(self.parent_id)} "
                                   f"and tags.`{PACK_ID_TAG}` = '{self.pack['pack_id']}'", attempts=OPEN_ATTEMPTS)
             self._calls += 1
-        except Exception as exc:  # noqa: BLE001
-            if not is_transient(exc):
-                raise
+        if away.happened:
             self.runs = [self._deferred(m, node_id) for m in self.pack["members"]]  # found or made at delivery
             return
         by_key = {r.data.tags.get(TRIAL_KEY_TAG): r for r in existing}
@@ -220,12 +218,10 @@ class PackTracker:
         return MemberRun(member["key"], "", {}, flatten(member["config"]), create=create)
 
     def _create(self, member: dict, node_id: str) -> MemberRun:
-        try:
+        with StoreAway() as away:
             run = retry(self.client.create_run, self.experiment_id, run_name=member["name"],
                         tags=self._tags(member, node_id), start_time=self.started_ms, attempts=OPEN_ATTEMPTS)
-        except Exception as exc:  # noqa: BLE001
-            if not is_transient(exc):
-                raise
+        if away.happened:
             return self._deferred(member, node_id)
         self._calls += 1
         return MemberRun(member["key"], run.info.run_id, {}, flatten(member["config"]))
@@ -245,16 +241,13 @@ class PackTracker:
             run.phase = found.data.tags[PHASE_TAG]
             run.counted_as = counted_phase_of(found)
             return run
-        try:
+        last = {}  # unknown while the store is away: the first batches are deduplicated against it instead
+        with StoreAway():
             last = latest_steps(self.client, run_id, OPEN_ATTEMPTS) if found.data.metrics else {}
             self._calls += 1
             if found.info.status != "RUNNING":
                 retry(self.client.update_run, run_id, status="RUNNING", attempts=OPEN_ATTEMPTS)
                 self._calls += 1
-        except Exception as exc:  # noqa: BLE001
-            if not is_transient(exc):
-                raise
-            last = {}  # unknown: the first batches are deduplicated against the store instead
         counter = RESUMES_TAG if restored_from > 0 or not found.data.metrics else STARTS_TAG
         tags = {counter: str(int(found.data.tags.get(counter, "1" if counter == STARTS_TAG else "0")) + 1),
                 **({NODE_TAG: node_id} if node_id else {}), **moved}
@@ -285,11 +278,8 @@ class PackTracker:
             with tempfile.TemporaryDirectory() as d:
                 path = Path(d) / name
                 torch.save(state, path)
-                try:
+                with StoreAway():
                     retry(self.client.log_artifact, run.run_id, str(path))
-                except Exception as exc:  # noqa: BLE001
-                    if not is_transient(exc):
-                        raise
             self._calls += 1
 
     def _log(self, results, thresholds, ended=None) -> None:

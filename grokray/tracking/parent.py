@@ -18,10 +18,10 @@ from mlflow.tracking import MlflowClient
 
 from .client import (
     STREAM_PAGE,
+    StoreAway,
     clean,
     code_version,
     find_parent,
-    is_transient,
     now_ms,
     phase_counts,
     prepare_store,
@@ -215,13 +215,11 @@ class ParentRun:
         killer). Those of this spec and kind end KILLED, with their unfinished children, as their own close would
         have ended them; another spec's are left for its own --resume. Returns (closed, left); the caller says
         each. A store that is away, or a parent of a live or remote driver, is left alone."""
-        try:
+        with StoreAway() as away:
             exp = self.client.get_experiment_by_name(self.experiment_name)
             found = search_all(self.client, exp.experiment_id, parents_filter()
                                + " and attributes.status = 'RUNNING'") if exp else []
-        except Exception as exc:  # noqa: BLE001
-            if not is_transient(exc):
-                raise
+        if away.happened:
             return [], []
         closed, left = [], []
         for run in found:
@@ -349,12 +347,9 @@ class ParentRun:
         replay_dir(self.spool_dir, self.client, deadline_s=wait_s, resolved=self.courier.resolved, stop=stop)
         self._learn_id()
         counts: dict[str, int] | None = None
-        try:
+        with StoreAway():
             counts = self._end_and_count_children(table=not any(pending_points(self.spool_dir)), on_page=on_page,
                                                   on_record=on_record, packs=packs)
-        except Exception as exc:  # noqa: BLE001
-            if not is_transient(exc):
-                raise
         measured = counts is not None
         counts = dict(sorted((counts if measured else fallback_counts or {}).items()))
         values = {f"{PHASE_COUNT_METRIC}{p}": float(n) for p, n in counts.items()} | (metrics or {})
@@ -367,12 +362,9 @@ class ParentRun:
             batch.key, batch.create = self.launch_key, self._create
         delivered = False
         if measured:  # the server answered a moment ago: send the closing batch as any other
-            try:
+            with StoreAway():
                 deliver(self.client, batch, dedup=False, attempts=6)
                 delivered = True
-            except Exception as exc:  # noqa: BLE001
-                if not is_transient(exc):
-                    raise
         if not delivered:  # after the parent's other batches, in its own spool file
             Spool(self.courier.spool.path).append(batch)
         batches, points = pending_points(self.spool_dir)

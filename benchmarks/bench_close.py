@@ -76,22 +76,34 @@ def bench_spec(n: int):
 def child(spec, i: int, parent: str) -> tuple[dict, dict, dict]:
     """(tags, params, metrics) of configuration i as a launch of bench_scale's spec logs it. Phases vary by cell
     (a generalizing one has its crossings), so the diagram and its steps heatmap have something to draw."""
+    from grokray.phases import crossing_metrics
     from grokray.tracking.client import clean
-    from grokray.tracking.schema import flatten
+    from grokray.tracking.schema import (
+        CONFIGURATION,
+        LOG_AXES_TAG,
+        MODEL_TAG,
+        PACK_ID_TAG,
+        PARENT_ID_TAG,
+        PHASE_TAG,
+        ROLE_TAG,
+        SWEPT_TAG,
+        TASK_TAG,
+        TRIAL_KEY_TAG,
+        flatten,
+    )
 
     phase = PHASES[(i // 10) % len(PHASES)]
     swept = ["optim.decoder.lr", "optim.decoder.weight_decay", "seed"]
-    tags = clean({"mlflow.parentRunId": parent, "grokray.role": "configuration", "grokray.model": "toy",
-                  "grokray.task": "addition", "grokray.trial_key": f"{i:016x}", "grokray.swept": swept,
-                  "grokray.pack_id": f"pack-{i // PACK:04d}",
-                  "grokray.log_axes": ["optim.decoder.lr"], "grokray.phase": phase})
+    tags = clean({PARENT_ID_TAG: parent, ROLE_TAG: CONFIGURATION, MODEL_TAG: "toy", TASK_TAG: "addition",
+                  TRIAL_KEY_TAG: f"{i:016x}", SWEPT_TAG: swept, PACK_ID_TAG: f"pack-{i // PACK:04d}",
+                  LOG_AXES_TAG: ["optim.decoder.lr"], PHASE_TAG: phase})
     metrics = {"train/acc": 0.1, "val/acc": 0.1, "train/loss": 1.0, "val/loss": 1.0, "weight_norm": 4.0,
                "rqi": 0.05, "final/train/acc": 0.1, "final/val/acc": 0.1, "final/train/loss": 1.0,
                "final/val/loss": 1.0, "final/weight_norm": 4.0, "final/rqi": 0.05, "steps_run": 50.0,
                "ideal_val_acc": 0.95 + 0.005 * (i % 10)}
     if phase in ("comprehension", "grokking"):
-        metrics |= {"step_train_acc_0.9": 10.0 + i % 7, "step_val_acc_0.9": 14.0 + i % 7 + (25 if phase == "grokking"
-                                                                                            else 0)}
+        train, val = crossing_metrics(0.9)
+        metrics |= {train: 10.0 + i % 7, val: 14.0 + i % 7 + (25 if phase == "grokking" else 0)}
     return tags, clean(flatten(spec.trial(spec.point(i)).to_dict())), metrics
 
 
@@ -100,10 +112,12 @@ def fill(uri: str, n: int) -> str:
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
+    from grokray.tracking.schema import PARENT, ROLE_TAG
+
     spec = bench_spec(n)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("close") or client.get_experiment(client.create_experiment("close"))
-    parent = client.create_run(exp.experiment_id, tags={"grokray.role": "parent"}).info.run_id
+    parent = client.create_run(exp.experiment_id, tags={ROLE_TAG: PARENT}).info.run_id
     for i in range(n):
         tags, params, metrics = child(spec, i, parent)
         run = client.create_run(exp.experiment_id, tags=tags).info.run_id
@@ -117,10 +131,12 @@ def fill_by_copies(db: Path, n: int) -> str:
     """A parent of n children: PACK of them run by run (fill), then copied in the SQLite file, copy c as pack c."""
     import sqlite3
 
+    from grokray.tracking.schema import PARENT_ID_TAG
+
     parent = fill(f"sqlite:///{db}", PACK)
     con = sqlite3.connect(db)
-    con.execute("CREATE TEMP TABLE m AS SELECT run_uuid AS old, '' AS new FROM tags "
-                "WHERE key = 'mlflow.parentRunId' AND value = ?", (parent,))
+    con.execute("CREATE TEMP TABLE m AS SELECT run_uuid AS old, '' AS new FROM tags WHERE key = ? AND value = ?",
+                (PARENT_ID_TAG, parent))
     value = {"tags": "CASE t.key WHEN 'grokray.trial_key' THEN t.value || printf('-%04d', :c) "
                      "WHEN 'grokray.pack_id' THEN printf('pack-%04d', :c) ELSE t.value END",
              "params": "CASE t.key WHEN 'optim.decoder.weight_decay' THEN CAST(CAST(t.value AS REAL) + 100 * :c AS "
@@ -147,12 +163,12 @@ def table_only(uri: str, n: int, work: Path) -> str:
     from mlflow.tracking import MlflowClient
 
     from grokray.tracking.records import RunRecord, record_line
-    from grokray.tracking.schema import RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG
+    from grokray.tracking.schema import PARENT, ROLE_TAG, RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG
 
     spec = bench_spec(n)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("close") or client.get_experiment(client.create_experiment("close"))
-    parent = client.create_run(exp.experiment_id, tags={"grokray.role": "parent"}).info.run_id
+    parent = client.create_run(exp.experiment_id, tags={ROLE_TAG: PARENT}).info.run_id
     path = work / f"table-{n}" / Path(RUNS_SUMMARY_ARTIFACT).name
     path.parent.mkdir(parents=True)
     with gzip.open(path, "wt", compresslevel=6) as out:

@@ -214,13 +214,14 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
             train_s += float(last.get("train_s", 0.0))
 
     sys.path.insert(0, str(ROOT))
+    from grokray.tracking.schema import PHASE_TAG, TRIAL_KEY_TAG
     from grokray.tracking.store import Store
 
     store = Store(uri)
     t1 = time.perf_counter()
-    runs = [r for r in store.runs([store.experiment_id(f"scale-{n}")]) if "grokray.phase" in r.tags]
+    runs = [r for r in store.runs([store.experiment_id(f"scale-{n}")]) if PHASE_TAG in r.tags]
     read_s = time.perf_counter() - t1
-    keys = [r.tags.get("grokray.trial_key") for r in runs]
+    keys = [r.tags.get(TRIAL_KEY_TAG) for r in runs]
 
     out_dir = work / f"figures-{n}"
     a_wall, a_rss, a_code = timed_child([str(BIN / "grokray"), "analyze", "--experiment", f"scale-{n}",
@@ -247,7 +248,7 @@ INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, us
   SELECT id, 'r' || i, 'LOCAL', '', '', 'bench', 'FINISHED', 1700000000000 + i, 1700000001000 + i, '', 'active', '',
   {experiment} FROM u;
 INSERT INTO tags (key, value, run_uuid) SELECT 'tag' || k, 'value-' || k, id FROM u, generate_series(0, 12) k;
-INSERT INTO tags (key, value, run_uuid) SELECT 'mlflow.parentRunId', '{parent}', id FROM u;
+INSERT INTO tags (key, value, run_uuid) SELECT '{parent_tag}', '{parent}', id FROM u;
 INSERT INTO params (key, value, run_uuid) SELECT 'p' || k, random()::text, id FROM u, generate_series(0, 53) k;
 INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)
   SELECT 'm' || k, random(), 1700000000000, 29, false, id FROM u, generate_series(0, 19) k;
@@ -265,12 +266,15 @@ def prefill(pg, uri: str, runs: int) -> float:
     import psycopg
     from mlflow.tracking import MlflowClient
 
+    from grokray.tracking.schema import PARENT_ID_TAG
+
     t0 = time.time()
     client = MlflowClient(uri)
     experiment = client.create_experiment("prefill")
     parent = client.create_run(experiment).info.run_id
     with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="mlflow") as con:
-        for statement in PREFILL_SQL.format(runs=runs, experiment=experiment, parent=parent).split(";"):
+        sql = PREFILL_SQL.format(runs=runs, experiment=experiment, parent=parent, parent_tag=PARENT_ID_TAG)
+        for statement in sql.split(";"):
             if statement.strip():
                 con.execute(statement)
     with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="mlflow", autocommit=True) as con:

@@ -25,6 +25,7 @@ import time
 
 from grokray.tracking.local_servers import GUNICORN_OPTS, LocalPostgres, MlflowServer
 from grokray.tracking.pack_runs import SERVER_CONCURRENCY
+from grokray.tracking.schema import CONFIGURATION, ROLE_TAG, tags_filter
 
 SERIES = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
 
@@ -96,7 +97,7 @@ def measure(url: str, writers: int, members: int, reports: int, points: int, con
     runs = writers * members
     per_run = reports * points * len(SERIES) + 4  # curve points + the summaries
     lat = sorted(x for o in outs for x in o["latencies"])
-    stored = client.search_runs([exp_id], "tags.`grokray.role` = 'configuration'", max_results=50000)
+    stored = client.search_runs([exp_id], tags_filter({ROLE_TAG: CONFIGURATION}), max_results=50000)
     finished = sum(r.info.status == "FINISHED" for r in stored)
     return {"runs_per_s": runs / wall, "points_per_s": runs * per_run / wall, "wall_s": wall, "runs": runs,
             "finished": finished, "undelivered": sum(o["left"] for o in outs),

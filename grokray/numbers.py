@@ -8,7 +8,8 @@ import math
 
 def short_number(value, log: bool = False) -> str:
     """Three significant digits at most, trailing zeros dropped; powers of ten for a log axis and outside
-    1e-2 .. 1e5: 0.001 -> 1e-3 (log) or 0.001, 0.000316 -> 3.16e-4, 5.0 -> 5, 0.25 -> 0.25, 150000 -> 1.5e5.
+    1e-2 .. 1e5: 0.001 -> 1e-3 (log) or 0.001, 0.000316 -> 3.16e-4, 5.0 -> 5, 0.25 -> 0.25, 2000.0 -> 2000,
+    150000 -> 1.5e5.
     Anything that is not a finite number is written as it is."""
     if isinstance(value, bool):
         return str(value)
@@ -26,4 +27,6 @@ def short_number(value, log: bool = False) -> str:
         if mantissa in ("10", "-10"):  # 9.996e-4 rounds up to the next power
             mantissa, exp = mantissa[:-1], exp + 1
         return f"{mantissa}e{exp}"
-    return f"{v:.3g}"
+    if v.is_integer():  # 2000.0 -> 2000 (`.3g` writes 2e+03)
+        return str(int(v))
+    return f"{v:.3g}" if exp < 2 else f"{v:.0f}"

@@ -176,4 +176,5 @@ def test_run_names_and_axes_write_a_number_the_same_way():
     for log in (False, True):
         assert [format_value(v, log) for v in values] == [tick_label(v, log) for v in values]
     assert [format_value(v, True) for v in (1e-4, 3.1623e-4, 1e-2, 9.996e-4)] == ["1e-4", "3.16e-4", "1e-2", "1e-3"]
-    assert [format_value(v) for v in (0.25, 5.0, 7, 150000, 0.0)] == ["0.25", "5", "7", "1.5e5", "0"]
+    assert [format_value(v) for v in (0.25, 5.0, 7, 2000.0, 123.456, 150000, 0.0)] == [
+        "0.25", "5", "7", "2000", "123", "1.5e5", "0"]

@@ -165,3 +165,15 @@ def test_every_readme_command_block_runs_in_order_from_a_fresh_clone(tmp_path):
     assert len(reps) == 8 and reps["rqi"].notna().all()
     assert "grokray search sweeps/degrok_toy.yaml --scale smoke" in ran
     assert len(ran) + len(NOT_RUN) == len(readme_commands((where / "README.md").read_text()))
+
+
+def test_what_the_readme_quotes_from_a_page_is_on_that_page():
+    """Issue 63: the README restated the methods page by hand ("one fresh seed did not generalize" where two did).
+    It now quotes the page: every `> ` line after a paragraph ending "quoted:" is a line of the page it links."""
+    text = (ROOT / "README.md").read_text()
+    quotes = re.findall(r"\[(docs/atlas/[\w.-]+\.md)\]\([^)]*\)[^\n]*\n?[^\n]*quoted:\n\n((?:> .*\n)+)", text)
+    assert quotes, "the README quotes no page"
+    for page, block in quotes:
+        lines = set((ROOT / page).read_text().splitlines())
+        missing = [q[2:] for q in block.splitlines() if q[2:] not in lines]
+        assert not missing, (page, missing)

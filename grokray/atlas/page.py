@@ -31,6 +31,7 @@ from .fraction import fraction_section
 from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
 from .runner import PieceRecord
+from .scale_note import scale_line
 
 INDEX = "README.md"
 RAN_HEADING = "## Runs and wall time"
@@ -283,8 +284,10 @@ def render_page(figure: Figure, df: pd.DataFrame, out: Path, notes_dir: str | Pa
     img_dir = out / "img"
     img_dir.mkdir(parents=True, exist_ok=True)
     counts = phase_counts(df)
+    scale = scale_line(figure)
     lines = [f"# {figure.title}", "",
              f"Spec `{figure.path.as_posix()}`, scale **{figure.scale}**; MLflow experiment `{figure.name}`.", "",
+             *([scale, ""] if scale else []),
              "```bash", *_commands(figure), "```", "",
              "## What the paper shows", "", f"> {figure.expected or '(the spec header states no expectation)'}", "",
              *differences_section(figure.config.differences),

@@ -15,6 +15,7 @@ from pathlib import Path
 from .data import read_run_table
 from .page import RAN_HEADING, SEARCH_HEADING, render_page, write_index, write_summary
 from .plan import plan_figure
+from .search_comparison import redraw_methods_page
 
 
 def kept_sections(text: str) -> dict[str, list[str]]:
@@ -54,13 +55,20 @@ def rerender_page(path: str | Path, scale: str, out_dir: str | Path, notes_dir: 
 
 def rerender_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, log=print) -> list[Path]:
     """Redraw every page of these specs at this scale that out_dir holds, then the index; a spec without a page
-    there is said and skipped. The methods pages (atlas.compare) draw curves the data files do not hold: kept."""
-    pages = []
+    there is said and skipped. A methods page (atlas.compare) has its words redrawn from its JSON; its table and
+    curves, drawn from runs the data files do not hold, are kept."""
+    pages, compared = [], {}
     for path in paths:
         if not (Path(out_dir) / f"{Path(path).stem}-{scale}.json").exists():
             log(f"[atlas] {Path(path).stem}-{scale}: no page in {out_dir}; skipped")
             continue
         pages.append(rerender_page(path, scale, out_dir))
         log(f"[atlas] {pages[-1]}: redrawn from {Path(out_dir) / 'data' / (pages[-1].stem + '.csv')}")
+        figure = plan_figure(path, scale, tuple(json.loads(pages[-1].with_suffix(".json").read_text()).get("set", ())))
+        if figure.config.compare is not None and figure.pieces[0].search:
+            compared.setdefault(figure.config.compare.page, []).append(figure)
+    for name, figures in compared.items():
+        if (Path(out_dir) / f"{name}-{scale}.json").exists():
+            log(f"[atlas] {redraw_methods_page(name, figures, out_dir)}: its words redrawn from its JSON")
     write_index(out_dir)
     return pages

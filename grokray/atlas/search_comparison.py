@@ -26,10 +26,11 @@ from ..search.confirm import (  # noqa: E402
     LEVEL,
     ROW_COLUMNS,
     confirmed_best,
-    standing,
 )
 from ..tracking.store import Store  # noqa: E402
 from .markdown import md_table, minutes  # noqa: E402
+from .scale_note import scale_line  # noqa: E402
+from .verdict import interval_text, steps_text, verdict_lines  # noqa: E402
 
 
 def trials_of(store: Store, parent_run_id: str) -> list[dict]:
@@ -91,50 +92,18 @@ def _steps(trial: dict | None, objective: str, penalty: float, budget: int) -> s
         return "-"
     votes = (f" ({trial['seeds_generalized']}/{trial['seeds_voting']} seeds)"
              if trial.get("seeds_voting") not in (None, "") else "")
-    return _step_label(float(trial[objective]), penalty, budget) + votes
+    return steps_text(float(trial[objective]), penalty, budget) + votes
 
 
 def _confirmed(confirmed: dict | None, penalty: float, budget: int) -> str:
-    """'540 (480-620; 5 seeds)': the confirmed median and its interval, or where the median seed did not
+    """'540 (480 to 620; 5 seeds)': the confirmed median and its interval, or where the median seed did not
     generalize, 'not within 2,000'."""
     if confirmed is None:
         return "-"
     seeds = f"{len(confirmed['scores'])} seeds"
     if confirmed["median"] >= penalty:
         return f"not within {budget:,} ({seeds})"
-    return f"{_step_label(confirmed['median'], penalty, budget)} ({_interval(confirmed, penalty, budget)}; {seeds})"
-
-
-def _step_label(v: float, penalty: float, budget: int) -> str:
-    return f"{v:,.0f}" if v < penalty else f"not within {budget:,}"
-
-
-def _interval(confirmed: dict, penalty: float, budget: int) -> str:
-    return f"{_step_label(confirmed['low'], penalty, budget)} to {_step_label(confirmed['high'], penalty, budget)}"
-
-
-def confirmed_lines(rows: list[dict], penalty: float, budget: int) -> list[str]:
-    """The verdict from the confirmation stage: the fastest median, what ties with it (intervals overlap), what
-    is slower, what did not generalize."""
-    places = standing({r["label"]: r["confirmed"] for r in rows if r["confirmed"] is not None}, penalty)
-    if not places:
-        return []
-    by = {place: [m for m, p in places.items() if p == place] for place in set(places.values())}
-    lead = by.get("fastest", [None])[0]
-    lines = []
-    if lead is not None:
-        c = next(r["confirmed"] for r in rows if r["label"] == lead)
-        lines.append(f"At the fresh seeds, the fastest median is **{lead}**: {c['median']:,.0f} steps "
-                     f"({LEVEL:.0%} interval {_interval(c, penalty, budget)}).")
-    if by.get("tied with the fastest"):
-        lines.append(f"Tied with it (intervals overlap, so the seeds do not separate them): "
-                     f"{', '.join(by['tied with the fastest'])}.")
-    if by.get("slower"):
-        lines.append(f"Slower (interval above the fastest's): {', '.join(by['slower'])}.")
-    if by.get("did not generalize"):
-        lines.append("The median fresh seed did not generalize within the budget: "
-                     f"{', '.join(by['did not generalize'])}.")
-    return lines
+    return f"{steps_text(confirmed['median'], penalty, budget)} ({interval_text(confirmed, penalty, budget)}; {seeds})"
 
 
 def _setting(trial: dict | None, searched: list[str]) -> str:
@@ -168,6 +137,53 @@ def curves_figure(rows: list[dict], store: Store, path: Path, threshold: float) 
     plt.close(fig)
 
 
+def page_facts(figure) -> dict:
+    """What the page's words need from its spec (the same for every method: the page compares like with like)."""
+    spec = figure.pieces[0].spec
+    cfg, trial = parse_search(spec), spec.first_trial()
+    return {"penalty": cfg.penalty, "budget": trial.phases.budget, "threshold": trial.phases.threshold,
+            "objective": cfg.objective[0], "scale": figure.scale, "scale_line": scale_line(figure)}
+
+
+def methods_page_text(name: str, facts: dict, methods: list[dict], middle: list[str], notes: str) -> str:
+    """The page from its data: `methods` as its JSON keeps them (label, published_steps, best, confirmed), `middle`
+    the commands, table, sources and figure lines. Every sentence that compares is made here, from the numbers."""
+    penalty, budget, threshold, scale = facts["penalty"], facts["budget"], facts["threshold"], facts["scale"]
+    confirming = any(m.get("confirmed") for m in methods)
+    lines = [f"# {name}: the methods side by side ({scale} scale)", ""]
+    if facts.get("scale_line"):
+        lines += [facts["scale_line"], ""]
+    lines += [f"Every method searched the same task with the same budget ({budget:,} steps), trials, seeds and ASHA "
+              f"schedule; a trial scores the step its seeds' majority reached val accuracy {threshold:g} "
+              f"(`{facts['objective']}`). Trial 0 is the paper's setting, enqueued."
+              + (" Then each method's best settings ran again at fresh seeds (the search never saw them); the "
+                 "confirmed column is the median over those seeds of the best of them, with a bootstrap "
+                 f"{LEVEL:.0%} interval, and methods whose intervals overlap are tied." if confirming else ""), ""]
+    if confirming:
+        lines += [*verdict_lines(methods, penalty, budget, threshold), ""]
+    lines += middle
+    found = [m for m in methods if m.get("best") is not None]
+    if found:
+        fastest = min(found, key=lambda m: m["best"])
+        lines += [f"Fastest in the search: **{fastest['label']}**, {fastest['best']:,.0f} steps by the majority of its "
+                  "seeds" + (" (a best of many noisy trials: the confirmed column is the figure to quote)."
+                             if confirming else ".")]
+    else:
+        lines += ["No method's trial generalized within the budget."]
+    published = [m for m in methods if m.get("published_steps")]
+    if published and scale == "paper":
+        against = [f"{m['label']} {m['published_steps']:,} against "
+                   + (_confirmed(m["confirmed"], penalty, budget) if m.get("confirmed") else "none confirmed")
+                   for m in published]
+        lines += ["The published figures against this page's confirmed medians (the paper's model and task): "
+                  + ", ".join(against) + "."]
+    elif published:
+        lines += ["The published figures are of the paper's scale; this page's setup differs (its first lines), so "
+                  "they are not set against its numbers."]
+    lines += ["", "## Discussion", "", notes or "(no notes yet)"]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_uri: str) -> Path:
     """<out>/<name>-<scale>.md (+ its json and curves figure) from the figures that name this page."""
     out = Path(out_dir)
@@ -176,9 +192,9 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
     rows = [method_row(r, store) for r in results]
     scale = results[0].figure.scale
     stem = f"{name}-{scale}"
+    facts = page_facts(results[0].figure)
     objective, penalty, budget = rows[0]["objective"], rows[0]["penalty"], rows[0]["budget"]
     confirming = any(r["confirmed"] is not None for r in rows)
-    threshold = results[0].figure.pieces[0].spec.first_trial().phases.threshold
     table = pd.DataFrame([{
         "method": r["label"],
         "published": f"{r['published_steps']:,}" if r["published_steps"] else "-",
@@ -189,57 +205,45 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
            if confirming else {}),
         "trials": r["trials"], "wall": minutes(r["wall_s"]), "page": f"[{r['figure']}]({r['figure']}.md)"}
         for r in rows])
-    curves_figure(rows, store, out / "img" / f"{stem}-curves.png", threshold)
-    fastest = min((r for r in rows if r["best"]), key=lambda r: float(r["best"][objective]), default=None)
-    baseline = next((r for r in rows if r["baseline"]), None)
-    lines = [f"# {name}: the methods side by side ({scale} scale)", "",
-             f"Every method searched the same task with the same budget ({budget:,} steps), trials, seeds and ASHA "
-             f"schedule; a trial scores the step its seeds' majority reached val accuracy {threshold:g} "
-             f"(`{objective.split('.', 1)[1]}`). Trial 0 is the paper's setting, enqueued."
-             + (" Then each method's best settings ran again at fresh seeds (the search never saw them); the "
-                "confirmed column is the median over those seeds of the best of them, with a bootstrap "
-                f"{LEVEL:.0%} interval, and methods whose intervals overlap are tied." if confirming else ""), "",
-             *(confirmed_lines(rows, penalty, budget) + [""] if confirming else []),
-             "```bash", *[f"grokray atlas --scale {scale} {r.figure.path.as_posix()}" for r in results], "```", "",
-             md_table(table), "", "Sources of the published figures:", "",
-             *[f"- {r['label']}: {r['source']}" for r in rows if r["source"]], "",
-             f"![val accuracy of each method's best trial](img/{stem}-curves.png)", ""]
-    if fastest is not None:
-        steps = float(fastest["best"][objective])
-        lines += [f"Fastest in the search: **{fastest['label']}**, {steps:,.0f} steps by the majority of its seeds"
-                  + (" (a best of many noisy trials: the confirmed column is the figure to quote)." if confirming
-                     else ".")]
-        if baseline is not None and baseline["best"] is not None:
-            base = float(baseline["best"][objective])
-            lines += [f"The baseline, {baseline['label']}: {base:,.0f} steps; each method's best against it "
-                      "(baseline steps / method steps, above 1: faster than the baseline): "
-                      + ", ".join(f"{r['label']} {base / float(r['best'][objective]):.2f}x" for r in rows
-                                  if r["best"] and r is not baseline) + "."]
-        published = [r["published_steps"] for r in rows if r["published_steps"]]
-        if published:
-            goal = min(published)
-            verdict = "reached" if steps <= goal else "not reached"
-            lines += [f"The fastest published figure, {goal:,} steps, was {verdict} here"
-                      + (" (the published figures are at the paper's scale)." if scale != "paper" else ".")]
-    else:
-        lines += ["No method's trial generalized within the budget."]
-    note = out / "notes" / f"{stem}.md"
-    lines += ["", "## Discussion", "", note.read_text().strip() if note.exists() else "(no notes yet)"]
-    page = out / f"{stem}.md"
-    page.write_text("\n".join(lines).rstrip() + "\n")
-    counts: dict[str, int] = {}  # the index's row: every method's runs together
-    for result in results:
-        for phase, n in json.loads((out / f"{result.figure.stem}.json").read_text())["counts"].items():
-            counts[phase] = counts.get(phase, 0) + n
+    curves_figure(rows, store, out / "img" / f"{stem}-curves.png", facts["threshold"])
     methods = [{"label": r["label"], "published_steps": r["published_steps"], "figure": r["figure"],
                 "enqueued": _value(r["enqueued"], objective), "best": _value(r["best"], objective),
                 "best_trial": int(r["best"]["number"]) if r["best"] else None, "trials": r["trials"],
                 "confirmed": r["confirmed"]} for r in rows]
+    middle = ["```bash", *[f"grokray atlas --scale {scale} {r.figure.path.as_posix()}" for r in results], "```", "",
+              md_table(table), "", "Sources of the published figures:", "",
+              *[f"- {r['label']}: {r['source']}" for r in rows if r["source"]], "",
+              f"![val accuracy of each method's best trial](img/{stem}-curves.png)", ""]
+    page = out / f"{stem}.md"
+    page.write_text(methods_page_text(name, facts, methods, middle, _notes(out, stem)))
+    counts: dict[str, int] = {}  # the index's row: every method's runs together
+    for result in results:
+        for phase, n in json.loads((out / f"{result.figure.stem}.json").read_text())["counts"].items():
+            counts[phase] = counts.get(phase, 0) + n
     (out / f"{stem}.json").write_text(json.dumps({
         "figure": stem, "scale": scale, "configurations": sum(counts.values()), "counts": counts,
         "estimate_s": round(sum(r.estimate_s for r in results), 1),
         "measured_s": round(sum(r.measured_s for r in results), 1), "methods": methods}, indent=1) + "\n")
     return page
+
+
+def redraw_methods_page(name: str, figures: list, out_dir: str | Path) -> Path:
+    """The committed page's words again from its JSON (`grokray atlas --from-data`): its commands, table, sources
+    and curves (drawn from runs the data files do not hold) kept as they are."""
+    out = Path(out_dir)
+    stem = f"{name}-{figures[0].scale}"
+    page = out / f"{stem}.md"
+    lines = page.read_text().split("\n")
+    start = lines.index("```bash")
+    end = next(k for k in range(start, len(lines)) if lines[k].startswith("![")) + 2
+    methods = json.loads((out / f"{stem}.json").read_text())["methods"]
+    page.write_text(methods_page_text(name, page_facts(figures[0]), methods, lines[start:end], _notes(out, stem)))
+    return page
+
+
+def _notes(out: Path, stem: str) -> str:
+    note = out / "notes" / f"{stem}.md"
+    return note.read_text().strip() if note.exists() else ""
 
 
 def _value(trial: dict | None, objective: str) -> float | None:

@@ -93,16 +93,18 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
 def confirmed_best(rows: list[dict]) -> dict | None:
     """The setting with the lowest median over its fresh seeds, from rows {setting, seed, score, votes}; a seed
     whose split cannot reach the threshold (votes 0) is left out, as in the search's seed vote. Returns
-    {setting, scores, median, low, high}."""
-    by_setting: dict[int, list[float]] = {}
+    {setting, scores, median, low, high, phases}."""
+    by_setting: dict[int, list[tuple[float, str]]] = {}
     for row in rows:
         if int(row.get("votes", 1)):
-            by_setting.setdefault(int(row["setting"]), []).append(float(row["score"]))
+            by_setting.setdefault(int(row["setting"]), []).append((float(row["score"]), row.get("phase", "")))
     best = None
-    for setting, scores in sorted(by_setting.items()):
+    for setting, seeds in sorted(by_setting.items()):
+        scores = [score for score, _ in seeds]
         median, low, high = bootstrap_median(scores)
         if best is None or median < best["median"]:
-            best = {"setting": setting, "scores": scores, "median": median, "low": low, "high": high}
+            best = {"setting": setting, "scores": scores, "median": median, "low": low, "high": high,
+                    "phases": [phase for _, phase in seeds]}  # whether a seed that failed fit its training set
     return best
 
 

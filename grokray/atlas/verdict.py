@@ -1,0 +1,77 @@
+"""What a methods page says about its confirmed numbers, made from them by one rule, so no sentence outruns its data.
+
+- The fastest median at the fresh seeds leads; a method whose bootstrap interval overlaps the leader's is tied
+  with it ("the seeds do not separate them"), and only a method whose whole interval lies above is called slower,
+  with its "x times" the leader's median.
+- Every method's seeds that did not reach the threshold are counted, and split by their phase into those that never
+  fit the training set (confusion) and those that fit it without generalizing (memorization), where the page's data
+  records the phases.
+- A method whose search found no generalizing trial has no confirmed figure, and is named as such.
+"""
+
+from __future__ import annotations
+
+from ..search.confirm import LEVEL, standing
+
+NEVER_FIT = {"confusion": "never fit the training set", "memorization": "fit it and did not generalize",
+             "diverged": "diverged", "val_without_train": "generalized without fitting the training set"}
+
+
+def steps_text(value: float, penalty: float, budget: int) -> str:
+    return f"{value:,.0f}" if value < penalty else f"not within {budget:,}"
+
+
+def interval_text(confirmed: dict, penalty: float, budget: int) -> str:
+    return f"{steps_text(confirmed['low'], penalty, budget)} to {steps_text(confirmed['high'], penalty, budget)}"
+
+
+def failure_text(confirmed: dict, penalty: float, budget: int, threshold: float) -> str | None:
+    """'2 of 5 fresh seeds did not reach val accuracy 0.95 within 2,000 steps: 2 never fit the training set', or
+    None when every seed did."""
+    scores = confirmed["scores"]
+    failed = [i for i, s in enumerate(scores) if s >= penalty]
+    if not failed:
+        return None
+    text = (f"{len(failed)} of {len(scores)} fresh seeds did not reach val accuracy {threshold:g} within "
+            f"{budget:,} steps")
+    phases = confirmed.get("phases")
+    if not phases or len(phases) != len(scores):
+        return text + " (this page's data does not record whether they fit the training set)"
+    kinds: dict[str, int] = {}
+    for i in failed:
+        why = NEVER_FIT.get(phases[i], phases[i])
+        kinds[why] = kinds.get(why, 0) + 1
+    return text + ": " + ", ".join(f"{n} {why}" for why, n in kinds.items())
+
+
+def verdict_lines(methods: list[dict], penalty: float, budget: int, threshold: float) -> list[str]:
+    """The page's sentences about the confirmation stage, from each method's `label` and `confirmed` ({scores,
+    median, low, high}, optionally `phases` per seed; None where the method has no confirmed setting)."""
+    confirmed = {m["label"]: m["confirmed"] for m in methods if m.get("confirmed")}
+    if not confirmed:
+        return []
+    places = standing(confirmed, penalty)
+    lead = next((m for m, p in places.items() if p == "fastest"), None)
+    lines = []
+    if lead is not None:
+        c = confirmed[lead]
+        lines.append(f"At the fresh seeds, the fastest median is **{lead}**: {c['median']:,.0f} steps "
+                     f"({LEVEL:.0%} interval {interval_text(c, penalty, budget)}; {len(c['scores'])} seeds).")
+        tied = [m for m, p in places.items() if p == "tied with the fastest"]
+        if tied:
+            lines.append("Tied with it (the intervals overlap, so these seeds do not separate them): " + ", ".join(
+                f"{m} (median {confirmed[m]['median']:,.0f})" for m in tied) + ".")
+        for m in (m for m, p in places.items() if p == "slower"):
+            c2 = confirmed[m]
+            lines.append(f"Slower: {m}, median {c2['median']:,.0f} steps, {c2['median'] / c['median']:.1f} times the "
+                         f"fastest's, its interval ({interval_text(c2, penalty, budget)}) above the fastest's.")
+    stuck = [m for m, p in places.items() if p == "did not generalize"]
+    if stuck:
+        lines.append(f"The median fresh seed did not reach val accuracy {threshold:g} within {budget:,} steps: "
+                     + ", ".join(stuck) + ".")
+    lines += [f"{m}: {text}." for m, c in confirmed.items() if (text := failure_text(c, penalty, budget, threshold))]
+    unconfirmed = [m["label"] for m in methods if not m.get("confirmed")]
+    if unconfirmed:
+        lines.append("No trial generalized in the search, so there is no setting to confirm: "
+                     + ", ".join(unconfirmed) + ".")
+    return lines

@@ -51,9 +51,14 @@ def test_the_page_says_a_win_a_tie_and_each_failure_as_its_numbers_do():
 
 def test_at_the_papers_scale_the_published_figures_meet_the_confirmed_medians():
     page = methods_page_text("planted", {**FACTS, "scale": "paper", "scale_line": None}, METHODS, [], "")
-    assert ("The published figures against this page's confirmed medians (the paper's model and task): Slow 790 "
-            "against 520 (500 to not within 2,000; 5 seeds), Never 910 against none confirmed.") in page.splitlines()
+    assert ("The published figures beside this page's confirmed medians (where the setups still differ, each "
+            "method's page says how): Slow 790 against 520 (500 to not within 2,000; 5 seeds), Never 910 against "
+            "none confirmed.") in page.splitlines()
     assert "At this scale" not in page
+    unconfirmed = [{**m, "confirmed": None} for m in METHODS]
+    page = methods_page_text("planted", {**FACTS, "scale": "paper", "scale_line": None}, unconfirmed, [], "")
+    assert ("No setting was confirmed at fresh seeds here, so the published figures are not set against this "
+            "page's numbers.") in page.splitlines() and "Tied" not in page
 
 
 def test_a_median_seed_that_failed_is_no_place_and_unrecorded_phases_are_said():

@@ -171,12 +171,15 @@ def methods_page_text(name: str, facts: dict, methods: list[dict], middle: list[
     else:
         lines += ["No method's trial generalized within the budget."]
     published = [m for m in methods if m.get("published_steps")]
-    if published and scale == "paper":
+    if published and scale == "paper" and confirming:
         against = [f"{m['label']} {m['published_steps']:,} against "
                    + (_confirmed(m["confirmed"], penalty, budget) if m.get("confirmed") else "none confirmed")
                    for m in published]
-        lines += ["The published figures against this page's confirmed medians (the paper's model and task): "
-                  + ", ".join(against) + "."]
+        lines += ["The published figures beside this page's confirmed medians (where the setups still differ, each "
+                  "method's page says how): " + ", ".join(against) + "."]
+    elif published and scale == "paper":
+        lines += ["No setting was confirmed at fresh seeds here, so the published figures are not set against this "
+                  "page's numbers."]
     elif published:
         lines += ["The published figures are of the paper's scale; this page's setup differs (its first lines), so "
                   "they are not set against its numbers."]

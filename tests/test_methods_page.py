@@ -69,3 +69,21 @@ def test_a_median_seed_that_failed_is_no_place_and_unrecorded_phases_are_said():
     assert ("A: 2 of 3 fresh seeds did not reach val accuracy 0.95 within 2,000 steps (this page's data does not "
             "record whether they fit the training set).") in page
     assert "At the fresh seeds, the fastest median is **B**: 210 steps (90% interval 200 to 220; 3 seeds)." in page
+
+
+def test_the_paper_scale_pieces_page_says_what_its_data_file_holds():
+    """docs/atlas/grokfast-methods-paper.md: the MA piece's table, median and interval are its data file's."""
+    import csv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "atlas" / "grokfast-methods-paper.md").read_text()
+    with (root / "docs" / "atlas" / "data" / "grokfast-methods-paper.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["seed"]) for r in rows] == [10, 11, 12, 13, 14]
+    for r in rows:
+        assert (f"| {r['seed']} | {r['phase']} | {int(r['step_train_acc_0.95']):,} | "
+                f"{int(r['step_val_acc_0.95']):,} |") in page
+    median, low, high = bootstrap_median([float(r["step_val_acc_0.95"]) for r in rows])
+    assert (f"Median {median:,.0f} steps to val accuracy 0.95 (bootstrap 90% interval {low:,.0f} to {high:,.0f}; "
+            f"{len(rows)} of {len(rows)} seeds reached it).") in page.replace("\n", " ")

@@ -112,6 +112,7 @@ def fill(uri: str, n: int) -> str:
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
+    from grokray.tracking.records import RunStatus
     from grokray.tracking.schema import PARENT, ROLE_TAG
 
     spec = bench_spec(n)
@@ -123,7 +124,7 @@ def fill(uri: str, n: int) -> str:
         run = client.create_run(exp.experiment_id, tags=tags).info.run_id
         client.log_batch(run, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
                          params=[Param(k, v) for k, v in params.items()])
-        client.set_terminated(run, "FINISHED")
+        client.set_terminated(run, RunStatus.FINISHED)
     return parent
 
 
@@ -162,7 +163,7 @@ def table_only(uri: str, n: int, work: Path) -> str:
 
     from mlflow.tracking import MlflowClient
 
-    from grokray.tracking.records import RunRecord, record_line
+    from grokray.tracking.records import RunRecord, RunStatus, record_line
     from grokray.tracking.schema import PARENT, ROLE_TAG, RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG
 
     spec = bench_spec(n)
@@ -174,11 +175,11 @@ def table_only(uri: str, n: int, work: Path) -> str:
     with gzip.open(path, "wt", compresslevel=6) as out:
         for i in range(n):
             tags, params, metrics = child(spec, i, parent)
-            out.write(record_line(RunRecord(f"{i:032x}", f"run-{i}", exp.experiment_id, "FINISHED", 0, 1, params,
-                                            tags, metrics)))
+            out.write(record_line(RunRecord(f"{i:032x}", f"run-{i}", exp.experiment_id, RunStatus.FINISHED, 0, 1,
+                                            params, tags, metrics)))
     client.log_artifact(parent, str(path), str(Path(RUNS_SUMMARY_ARTIFACT).parent))
     client.set_tag(parent, RUNS_SUMMARY_TAG, str(n))
-    client.set_terminated(parent, "FINISHED")
+    client.set_terminated(parent, RunStatus.FINISHED)
     return parent
 
 

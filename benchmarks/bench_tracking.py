@@ -25,6 +25,7 @@ import time
 
 from grokray.tracking.local_servers import GUNICORN_OPTS, LocalPostgres, MlflowServer
 from grokray.tracking.pack_runs import SERVER_CONCURRENCY
+from grokray.tracking.records import RunStatus
 from grokray.tracking.schema import CONFIGURATION, ROLE_TAG, tags_filter
 
 SERIES = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
@@ -98,7 +99,7 @@ def measure(url: str, writers: int, members: int, reports: int, points: int, con
     per_run = reports * points * len(SERIES) + 4  # curve points + the summaries
     lat = sorted(x for o in outs for x in o["latencies"])
     stored = client.search_runs([exp_id], tags_filter({ROLE_TAG: CONFIGURATION}), max_results=50000)
-    finished = sum(r.info.status == "FINISHED" for r in stored)
+    finished = sum(r.info.status == RunStatus.FINISHED for r in stored)
     return {"runs_per_s": runs / wall, "points_per_s": runs * per_run / wall, "wall_s": wall, "runs": runs,
             "finished": finished, "undelivered": sum(o["left"] for o in outs),
             "p50_ms": 1e3 * statistics.median(lat), "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],

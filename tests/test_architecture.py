@@ -369,6 +369,15 @@ def transient_fallbacks(source: str) -> list[str]:
             and isinstance(h.body[0].body[0], ast.Raise)]
 
 
+STATUS_WORDS = {"RUNNING", "FINISHED", "KILLED", "FAILED", "SCHEDULED"}
+
+
+def status_words(source: str) -> list[str]:
+    """MLflow's run status spelled as a string: tracking.records.RunStatus names it outside tracking/."""
+    return [f"{n.lineno}: {n.value!r}" for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Constant) and n.value in STATUS_WORDS]
+
+
 def _outside(*folders: str) -> list[Path]:
     return [p for p in SOURCES if not any(p.relative_to(ROOT).as_posix().startswith(f) for f in folders)]
 
@@ -385,6 +394,7 @@ def _outside(*folders: str) -> list[Path]:
     (cli_flags, 'raise ValueError(f"--x: {axis!r} is not a parameter")\n'),
     (optimizer_kind_branches, 'if self.kind == "muon":\n    pass\n'),
     (optimizer_kind_branches, 'moments = name in ("adam", "adamw")\n'),
+    (status_words, 'done = run is not None and run.status == "FINISHED"\n'),
     (transient_fallbacks, 'try:\n    x = f()\nexcept Exception as exc:\n    if not is_transient(exc):\n        raise\n'
                           '    x = None\n'),
 ])
@@ -413,4 +423,11 @@ def test_optimizer_kinds_are_branched_on_only_in_their_registry():
 
 def test_the_store_away_rule_is_written_once():
     bad = {str(p.relative_to(ROOT)): found for p in SOURCES if (found := transient_fallbacks(p.read_text()))}
+    assert not bad, bad
+
+
+def test_run_status_words_stay_in_tracking():
+    """In grokray/, analysis/ and benchmarks/ outside tracking/ (four modules compared run.status to "FINISHED")."""
+    bad = {str(p.relative_to(ROOT)): found for p in [*_outside("grokray/tracking/"), *(ROOT / "benchmarks").glob(
+        "*.py")] if (found := status_words(p.read_text()))}
     assert not bad, bad

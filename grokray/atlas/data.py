@@ -16,7 +16,7 @@ from ..models.diagnostics import RQI_THRESHOLD
 from ..phases import crossing_metrics, summary_metric
 from ..plan.expand import swept_keys
 from ..tracking.client import clean
-from ..tracking.records import RunRecord
+from ..tracking.records import RunRecord, RunStatus
 from ..tracking.schema import LOG_AXES_TAG, MODEL_TAG, PHASE_TAG, SWEPT_TAG, TASK_TAG, flatten
 from .plan import Figure
 from .runner import PieceRecord
@@ -74,7 +74,7 @@ def read_run_table(path: str | Path, figure: Figure) -> pd.DataFrame:
         fixed = clean(flatten(config))
         tags = clean({SWEPT_TAG: swept_keys(spec), LOG_AXES_TAG: sorted(spec.log_axes),
                       MODEL_TAG: config["model"]["name"], TASK_TAG: config["task"]["name"]})
-        runs = [RunRecord(f"{name}-{i}", "", "", "FINISHED", None, None,
+        runs = [RunRecord(f"{name}-{i}", "", "", RunStatus.FINISHED, None, None,
                           fixed | {a: row[a] for a in axes if row[a] != ""},
                           tags | ({PHASE_TAG: row["phase"]} if row["phase"] else {}),
                           {m: float(row[m]) for m in metrics if row[m] != ""})

@@ -23,6 +23,7 @@ from ..run.options import LaunchOptions
 from ..run.search import run_search
 from ..search.config import parse_search, search_plan
 from ..tracking.history import measured_budget_use
+from ..tracking.records import RunStatus
 from ..tracking.schema import (
     ATLAS_PIECE_TAG,
     ATLAS_SCALE_TAG,
@@ -67,7 +68,7 @@ class PieceRecord:
 def is_complete(run) -> bool:
     """Finished, and every configuration it counts has a phase (a search's pruned trials have none: it is
     complete once finished). The same test for a grid, an adaptive sweep and a search."""
-    if run is None or run.status != "FINISHED":
+    if run is None or run.status != RunStatus.FINISHED:
         return False
     tags = run.tags
     if tags.get(KIND_TAG) == "search":  # complete unless its confirmation stage is still owed

@@ -32,6 +32,7 @@ from ..tracking.delivery import pending_points
 from ..tracking.drivers import dead_driver_pid, left_by_dead_driver
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
+from ..tracking.records import RunStatus
 from ..tracking.schema import CONFIGURATIONS_TAG
 from ..tracking.uri import resolve_tracking_uri
 from ..user_code import code_paths
@@ -155,7 +156,7 @@ class Launch:
             # The launch broke before its close (Ray's GCS died, a driver bug): its records still end KILLED,
             # what it spooled is kept, and the user is told how to go on.
             try:
-                self.parent.close("KILLED", 0.0)
+                self.parent.close(RunStatus.KILLED, 0.0)
             except Exception:  # noqa: BLE001, S110 - the original error is the one to show
                 pass
             print(f"grokray: the {self.kind} launch stopped ({exc_type.__name__}); continue it with: "
@@ -192,7 +193,7 @@ class Launch:
         `check(run)` refuses it); LaunchFinished, touching nothing, when it closed as finished (a finished launch's
         record is never rewritten)."""
         run = self.parent.find(self.spec.hash(), self.kind)
-        if run is not None and run.status == "FINISHED":
+        if run is not None and run.status == RunStatus.FINISHED:
             ended = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.end_ms or 0) / 1e3))
             configs = run.tags.get(CONFIGURATIONS_TAG, "?")
             raise LaunchFinished(f"grokray: the {self.kind} launch of {self.spec.name!r} finished at {ended} "

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import Mistakes, SpecError
+from ..tracking.records import RunStatus
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem, writable_dir_problem
 from .disk import space_problem
 
@@ -77,7 +78,7 @@ class LaunchOptions:
 
 def launch_status(errored_trials: int, interrupted: bool) -> str:
     """The one status rule: FAILED when a trial failed, else KILLED when interrupted, else FINISHED."""
-    return "FAILED" if errored_trials else "KILLED" if interrupted else "FINISHED"
+    return RunStatus.FAILED if errored_trials else RunStatus.KILLED if interrupted else RunStatus.FINISHED
 
 
 @dataclass

@@ -36,6 +36,7 @@ from ..search.study import (
     recover_interrupted,
 )
 from ..spec import Spec
+from ..tracking.records import RunStatus
 from ..tracking.uri import resolve_tracking_uri
 from .cluster import check_gpu_request, resolve_storage
 from .confirm import confirmation_pending, run_confirmation
@@ -159,7 +160,7 @@ def run_search(spec: Spec, options: LaunchOptions | None = None, *, n_trials: in
                         results_dir), trials=len(study.trials), completed=counted(study), new_trials=new_trials,
                         directions=directions(cfg), best=best_trials(study, cfg), artifacts=artifacts,
                         recovered=recovered, seeds=len(spec.seeds))
-    if cfg.confirm and out.parent_run_id and out.status == "FINISHED" and not out.undelivered_dir:
+    if cfg.confirm and out.parent_run_id and out.status == RunStatus.FINISHED and not out.undelivered_dir:
         _, out.confirmation = run_confirmation(run_search, spec, cfg, storage, options, out.parent_run_id,
                                               out.tracking_uri)
     return out

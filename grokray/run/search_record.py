@@ -14,6 +14,7 @@ from ..search.config import SearchConfig, parse_search
 from ..search.study import LINK_FILE, launch_of, link_trial_runs, storage_at
 from ..tracking.client import StoreAway
 from ..tracking.parent import ParentRun
+from ..tracking.records import RunStatus
 from ..tracking.schema import SEARCH_PRUNED_TAG, TRIAL_KEY_TAG
 from ..tracking.store import Store
 from .complete import stored_spec
@@ -82,4 +83,4 @@ def finished_parent(study, uri: str):
         run = Store(uri).run(parent_id)
     except Exception:  # noqa: BLE001 - gone, or in another store: the launch finds what it can, as before
         return None
-    return run if run.status == "FINISHED" else None
+    return run if run.status == RunStatus.FINISHED else None

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from ..errors import SpecError
 from ..phases import crossing_metrics
 from ..spec import Spec
+from ..tracking.records import RunStatus
 from ..tracking.schema import (
     CONFIRM_PENDING,
     CONFIRM_TAG,
@@ -271,7 +272,7 @@ def finished_runs(children, threshold: float) -> dict[str, dict]:
     out = {}
     for run in children:
         tags, metrics = run.tags, run.metrics
-        if run.status != "FINISHED" or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
+        if run.status != RunStatus.FINISHED or PHASE_TAG not in tags or TRIAL_KEY_TAG not in tags:
             continue
         steps = [metrics.get(name) for name in crossing_metrics(threshold)]
         out[tags[TRIAL_KEY_TAG]] = {"seed": run.params.get("seed", ""), "phase": tags[PHASE_TAG], "run_id": run.run_id,

@@ -7,9 +7,20 @@ import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
 from pathlib import Path
 
 from .schema import ENDED_TAG, PARENT_ID_TAG, PHASE_TAG
+
+
+class RunStatus(StrEnum):
+    """A run's state in the store's words (MLflow's, the one backend): compared through these members, never spelled
+    outside tracking/ (a StrEnum: equal to the store's own strings)."""
+
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    KILLED = "KILLED"
+    FAILED = "FAILED"
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,7 @@ def method_row(result, store: Store) -> dict:
             "published_steps": compare.published_steps, "source": compare.source,
             "enqueued": first, "best": best, "objective": objective,
             "trials": len({t.get("trial_key") or t["number"] for t in trials}),  # a retried trial counts once
-            "searched": list(cfg.space), "penalty": cfg.penalty, "wall_s": result.measured_s,
-            "budget": figure.pieces[0].spec.first_trial().phases.budget, "figure": figure.stem,
+            "searched": list(cfg.space), "wall_s": result.measured_s, "figure": figure.stem,
             "confirmed": confirmation_of(store, result.records[0].parent_run_id)}
 
 
@@ -196,7 +195,7 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
     scale = results[0].figure.scale
     stem = f"{name}-{scale}"
     facts = page_facts(results[0].figure)
-    objective, penalty, budget = rows[0]["objective"], rows[0]["penalty"], rows[0]["budget"]
+    objective, penalty, budget = rows[0]["objective"], facts["penalty"], facts["budget"]
     confirming = any(r["confirmed"] is not None for r in rows)
     table = pd.DataFrame([{
         "method": r["label"],

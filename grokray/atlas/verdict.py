@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..search.confirm import LEVEL, standing
 
-NEVER_FIT = {"confusion": "never fit the training set", "memorization": "fit it and did not generalize",
+FAILURE_WORDS = {"confusion": "never fit the training set", "memorization": "fit it and did not generalize",
              "diverged": "diverged", "val_without_train": "generalized without fitting the training set"}
 
 
@@ -39,7 +39,7 @@ def failure_text(confirmed: dict, penalty: float, budget: int, threshold: float)
         return text + " (this page's data does not record whether they fit the training set)"
     kinds: dict[str, int] = {}
     for i in failed:
-        why = NEVER_FIT.get(phases[i], phases[i])
+        why = FAILURE_WORDS.get(phases[i], phases[i])
         kinds[why] = kinds.get(why, 0) + 1
     return text + ": " + ", ".join(f"{n} {why}" for why, n in kinds.items())
 

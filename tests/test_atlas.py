@@ -13,6 +13,7 @@ from grokray.atlas.plan import expected_text, plan_figure, title_text
 from grokray.errors import SpecError
 from grokray.spec import load_spec
 from grokray.tracking.client import counted_phase_of
+from grokray.tracking.mlflow_tracker import record
 
 ROOT = Path(__file__).resolve().parents[1]
 FIG6B = ROOT / "sweeps" / "liu_fig6b_toy_regression.yaml"
@@ -150,7 +151,7 @@ def test_atlas_runs_pieces_writes_the_page_then_skips_and_resumes(local_ray, tmp
     assert len(children) == 2 * 2 + 2 * 2  # low: 1 lr x 2 wd x 2 seeds; high: 2 lrs x 2 wd x 1 seed
     counts, tagged = {}, {}
     for c in children:
-        phase = counted_phase_of(c)  # an undecodable split counts apart, as everywhere (issue 39)
+        phase = counted_phase_of(record(c))  # an undecodable split counts apart, as everywhere (issue 39)
         counts[phase] = counts.get(phase, 0) + 1
         tagged[c.data.tags["grokray.phase"]] = tagged.get(c.data.tags["grokray.phase"], 0) + 1
     page = (out / "small-reduced.md").read_text()

@@ -22,41 +22,41 @@ class Clock:
         self.t += max(s, 0.01)
 
 
-class FlakyClient:
-    """Stores log_batch calls while `up`; raises a connection error while down."""
+class FlakyTracker:
+    """The in-memory tracker behind a switch: while `up` is False, or for the runs in `down`, every call raises a
+    refused connection, as a tracking server that is away does. Runs are named ("r", "r2"); each is a real run
+    of the store. `sent` records the steps each delivered call carried, in the order they came."""
 
-    def __init__(self):
-        self.up = True
-        self.points: dict[tuple[str, str], list[int]] = {}
-        self.terminated = []
-        self.end_times = []
-        self.attempts = 0
+    def __init__(self, runs=("r",), down=()):
+        import threading
 
-    def _check(self):
-        self.attempts += 1
-        if not self.up:
-            raise ConnectionError("Connection refused")
+        from grokray.tracking.memory import MemoryTracker
 
-    def log_batch(self, run_id, metrics=(), params=(), tags=()):
-        self._check()
-        for m in metrics:
-            self.points.setdefault((run_id, m.key), []).append(m.step)
+        self.store, self.up, self.down, self.attempts = MemoryTracker(), True, set(down), 0
+        exp = self.store.ensure_experiment("delivery")
+        self.ids = {name: self.store.create_run(exp, name, {}, 0) for name in runs}
+        self.sent: dict[tuple[str, str], list[int]] = {}
+        self.threads, self._ident = set(), threading.get_ident
 
-    def set_terminated(self, run_id, status, end_time=None):
-        self._check()
-        self.terminated.append((run_id, status))
-        self.end_times.append(end_time)
+    def __getattr__(self, method):
+        real = getattr(self.store, method)
+        names = {v: k for k, v in self.ids.items()}
 
-    def get_run(self, run_id):
-        self._check()
+        def call(run, *args, **kwargs):
+            self.attempts += 1
+            self.threads.add(self._ident())
+            if not self.up or run in self.down:
+                raise ConnectionError("Connection refused")
+            out = real(self.ids.get(run, run), *args, **kwargs)
+            for key, _, _, step in (args[0] if method == "log" and args else kwargs.get("points")) or []:
+                self.sent.setdefault((names.get(self.ids.get(run, run), run), key), []).append(step)
+            return out
 
-        class M:
-            def __init__(self, key, step):
-                self.key, self.step = key, step
+        return call
 
-        objs = [M(k, max(steps)) for (r, k), steps in self.points.items() if r == run_id and steps]
-        proto = type("RunDataProto", (), {"metrics": objs})()  # RunData.to_proto(): each key's latest point
-        return type("Run", (), {"data": type("Data", (), {"to_proto": lambda self: proto})()})()
+    def status(self, name):
+        run = self.store.get_run(self.ids[name])
+        return run.status, run.end_ms
 
 
 def batch(run, steps, terminate=None):
@@ -65,7 +65,7 @@ def batch(run, steps, terminate=None):
 
 
 def test_outage_is_spooled_retried_with_backoff_and_delivered_in_order(tmp_path):
-    client, clock = FlakyClient(), Clock()
+    client, clock = FlakyTracker(), Clock()
     courier = Courier(client, tmp_path / "p.jsonl", max_points=1000, clock=clock, sleep=clock.sleep)
     courier.send(batch("r", range(0, 10)))
     client.up = False
@@ -78,15 +78,16 @@ def test_outage_is_spooled_retried_with_backoff_and_delivered_in_order(tmp_path)
     client.up = True
     clock.t += 60
     courier.send(batch("r", range(60, 70), terminate="FINISHED"))
-    assert client.points[("r", "train/acc")] == list(range(70))  # in order, once each
-    assert client.terminated == [("r", "FINISHED")]
-    assert client.end_times == [1_700_000_000_069]  # the run ends when its work did, not when delivery caught up
+    assert client.sent[("r", "train/acc")] == list(range(70))  # in order, once each
+    assert [p.step for p in client.store.curve(client.ids["r"], "train/acc")] == list(range(70))
+    # the run ends when its work did, not when delivery caught up
+    assert client.status("r") == ("FINISHED", 1_700_000_000_069)
     assert not (tmp_path / "p.jsonl").exists()  # all delivered: the spool file is gone
     assert courier.close() == 0 and attempts_during_outage < 12
 
 
 def test_memory_bound_spills_to_disk_and_order_survives(tmp_path):
-    client, clock = FlakyClient(), Clock()
+    client, clock = FlakyTracker(), Clock()
     courier = Courier(client, tmp_path / "p.jsonl", max_points=25, clock=clock, sleep=clock.sleep)
     client.up = False
     for i in range(10):
@@ -95,11 +96,11 @@ def test_memory_bound_spills_to_disk_and_order_survives(tmp_path):
     assert pending_points(tmp_path) == (10, 100)
     client.up = True
     assert courier.close(wait_s=120) == 0
-    assert client.points[("r", "train/acc")] == list(range(100))
+    assert client.sent[("r", "train/acc")] == list(range(100))
 
 
 def test_never_back_leaves_everything_in_the_spool(tmp_path):
-    client, clock = FlakyClient(), Clock()
+    client, clock = FlakyTracker(), Clock()
     courier = Courier(client, tmp_path / "p.jsonl", clock=clock, sleep=clock.sleep)
     client.up = False
     courier.send(batch("r", range(5), terminate="FINISHED"))
@@ -175,29 +176,12 @@ def test_a_torn_last_line_is_ignored(tmp_path, cut):
     assert [b.metrics[0][3] for b in undelivered(tmp_path / "s.jsonl")] == [1]
 
 
-class RunFlakyClient(FlakyClient):
-    """Refuses the runs in `down` only (one server worker hung while the others answer), from any thread."""
-
-    def __init__(self, down=()):
-        super().__init__()
-        self.down = set(down)
-        self.threads = set()
-
-    def log_batch(self, run_id, metrics=(), params=(), tags=()):
-        import threading
-
-        self.threads.add(threading.get_ident())
-        if run_id in self.down:
-            raise ConnectionError("Connection reset by peer")
-        super().log_batch(run_id, metrics, params, tags)
-
-
 def test_send_many_delivers_a_reports_batches_concurrently_and_holds_the_refused_ones(tmp_path):
     clock = Clock()
-    client = RunFlakyClient(down={"r2", "r5"})
+    client = FlakyTracker(runs=[f"r{i}" for i in range(8)], down={"r2", "r5"})
     courier = Courier(client, tmp_path / "s.jsonl", clock=clock, sleep=clock.sleep, workers=4)
     courier.send_many([batch(f"r{i}", [0, 1], terminate="FINISHED") for i in range(8)])
-    assert sorted(r for r, _ in client.points) == [f"r{i}" for i in range(8) if i not in (2, 5)]
+    assert sorted(r for r, _ in client.sent) == [f"r{i}" for i in range(8) if i not in (2, 5)]
     assert len(client.threads) > 1  # several requests in flight, not one after another
     assert [b.run_id for b in undelivered(tmp_path / "s.jsonl")] == ["r2", "r5"]  # held, on disk, in order
     assert [b.run_id for b in courier.queue] == ["r2", "r5"]
@@ -205,24 +189,21 @@ def test_send_many_delivers_a_reports_batches_concurrently_and_holds_the_refused
     client.down.clear()
     courier.send_many([batch("r2", [2]), batch("r3", [2])])
     assert courier.close(wait_s=120) == 0
-    assert client.points[("r2", "train/acc")] == [0, 1, 2] and client.points[("r3", "train/acc")] == [0, 1, 2]
+    assert client.sent[("r2", "train/acc")] == [0, 1, 2] and client.sent[("r3", "train/acc")] == [0, 1, 2]
+    assert client.status("r2")[0] == client.status("r6")[0] == "FINISHED"
     assert not (tmp_path / "s.jsonl").exists()
 
 
 def test_send_many_raises_a_bad_request_and_keeps_batches_of_one_run_in_order(tmp_path):
-    class Rejecting(FlakyClient):
-        def log_batch(self, run_id, metrics=(), params=(), tags=()):
-            if run_id == "bad":
-                raise ValueError("INVALID_PARAMETER_VALUE: 400")
-            super().log_batch(run_id, metrics, params, tags)
+    from grokray.tracking.records import RunNotFound
 
-    courier = Courier(Rejecting(), tmp_path / "s.jsonl", workers=4)
-    with pytest.raises(ValueError):
-        courier.send_many([batch("ok", [0]), batch("bad", [0])])
-    client = FlakyClient()
+    courier = Courier(FlakyTracker(runs=["ok"]), tmp_path / "s.jsonl", workers=4)
+    with pytest.raises(RunNotFound):  # the store refuses it (no such run): not an outage, so not spooled
+        courier.send_many([batch("ok", [0]), batch("no-such-run", [0])])
+    client = FlakyTracker(runs=["r", "q"])
     courier = Courier(client, tmp_path / "t.jsonl", workers=4)
     courier.send_many([batch("r", [0]), batch("r", [1]), batch("q", [0])])  # two of one run: sent in order
-    assert client.points[("r", "train/acc")] == [0, 1]
+    assert client.sent[("r", "train/acc")] == [0, 1]
 
 
 def test_a_server_that_accepts_but_does_not_answer_costs_a_send_the_probe_not_the_request_timeout(tmp_path):
@@ -257,7 +238,7 @@ def test_a_server_that_accepts_but_does_not_answer_costs_a_send_the_probe_not_th
         assert server_answers(f"http://127.0.0.1:{proxy.server_address[1]}")
         assert not server_answers("http://127.0.0.1:1")  # refused
 
-        client, clock = FlakyClient(), Clock()
+        client, clock = FlakyTracker(), Clock()
         probes = []
         courier = Courier(client, tmp_path / "p.jsonl", clock=clock, sleep=clock.sleep, attempts=1,
                           probe=lambda: probes.append(clock.t) or server_answers(uri, timeout_s=0.5))
@@ -269,10 +250,10 @@ def test_a_server_that_accepts_but_does_not_answer_costs_a_send_the_probe_not_th
             clock.t += 1.0
             courier.send(batch("r", [i]))
         assert time.monotonic() - t0 < 10  # ~5 probes of 0.5 s over 19 simulated seconds, not 19 requests
-        assert 3 <= len(probes) <= 6 and not client.points  # backoff spaced the probes; the order held
+        assert 3 <= len(probes) <= 6 and not client.sent  # backoff spaced the probes; the order held
         courier.probe = partial(server_answers, f"http://127.0.0.1:{proxy.server_address[1]}")  # server is up
         assert courier.close(wait_s=120) == 0
-        assert client.points[("r", "train/acc")] == list(range(20))
+        assert client.sent[("r", "train/acc")] == list(range(20))
     finally:
         booting.close()
         proxy.shutdown()

@@ -47,6 +47,7 @@ def test_atlas_smoke_runs_every_figure_and_writes_its_page(local_ray, tmp_path):
 
     from grokray.atlas.build import build_atlas
     from grokray.tracking.client import counted_phase_of
+    from grokray.tracking.mlflow_tracker import record
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     results = build_atlas(SMOKE_RUN, "smoke", tmp_path / "atlas", uri, str(tmp_path / "results"), progress="never")
@@ -69,7 +70,8 @@ def test_atlas_smoke_runs_every_figure_and_writes_its_page(local_ray, tmp_path):
         assert classified and all(c.data.tags.get(PHASE_TAG) in PHASES for c in classified), r.figure.stem
         counts = {}
         for c in classified:  # as counted: an undecodable split apart (issue 39)
-            counts[counted_phase_of(c)] = counts.get(counted_phase_of(c), 0) + 1
+            phase = counted_phase_of(record(c))
+            counts[phase] = counts.get(phase, 0) + 1
         summary = json.loads((tmp_path / "atlas" / f"{r.figure.stem}.json").read_text())
         assert summary["counts"] == counts and summary["configurations"] == len(children)
         assert r.estimate_s > 0 and r.measured_s > 0

@@ -10,9 +10,11 @@ import pytest
 
 from analysis.load import load_runs, runs_to_frame
 from grokray.spec import load_spec
+from grokray.tracking.mlflow_tracker import filter_string
 from grokray.tracking.parent import ParentRun
+from grokray.tracking.queries import children_query
 from grokray.tracking.records import record_line
-from grokray.tracking.schema import PACK_ID_TAG, RUNS_SUMMARY_TAG, children_filter
+from grokray.tracking.schema import PACK_ID_TAG, RUNS_SUMMARY_TAG
 from grokray.tracking.store import Store
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml"
@@ -246,6 +248,6 @@ def test_a_grids_close_reads_its_children_pack_by_pack(launch):
     pack once, and the table above shows that it misses none."""
     first, second = launch
     for summary in (first, second):
-        reads = [f for f in SEARCHES if children_filter(summary.parent_run_id) in f]
+        reads = [f for f in SEARCHES if filter_string(children_query(summary.parent_run_id)) in f]
         assert reads and all(f"tags.`{PACK_ID_TAG}` = 'pack-" in f for f in reads), reads
         assert len(reads) == len(set(reads)) == summary.packs >= 2

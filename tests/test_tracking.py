@@ -85,21 +85,20 @@ def test_curves_go_in_batches(pack_setup, monkeypatch):
     tracker = PackTracker(ctx, pack)
     tracker.open()
     calls = []
-    real = tracker.client.log_batch
-    monkeypatch.setattr(tracker.client, "log_batch", lambda *a, **k: calls.append(len(k.get("metrics", []))) or
+    client = tracker.tracker.client  # the MLflow tracker's own client: what a request costs is MLflow's
+    real = client.log_batch
+    monkeypatch.setattr(client, "log_batch", lambda *a, **k: calls.append(len(k.get("metrics", []))) or
                         real(*a, **k))
     forbidden = lambda *a, **k: (_ for _ in ()).throw(AssertionError("log_metric per point"))  # noqa: E731
-    monkeypatch.setattr(tracker.client, "log_metric", forbidden)
+    monkeypatch.setattr(client, "log_metric", forbidden)
     trainer = make_trainer(configs)
     trainer.run()
     tracker.log_curves(trainer.results())
     assert len(calls) == len(configs) and all(0 < n <= 1000 for n in calls)
 
 
-def test_log_metrics_respects_mlflow_batch_limits():
-    from mlflow.entities import Metric
-
-    from grokray.tracking.client import log_metrics
+def test_log_respects_mlflow_batch_limits(tmp_path):
+    from grokray.tracking.mlflow_tracker import MlflowTracker
 
     class Recorder:
         def __init__(self):
@@ -109,8 +108,10 @@ def test_log_metrics_respects_mlflow_batch_limits():
             self.batches.append((len(metrics), len(params), len(tags)))
 
     rec = Recorder()
-    metrics = [Metric("train/acc", 0.5, 0, s) for s in range(2500)]
-    calls = log_metrics(rec, "r", metrics, {f"t{i}": i for i in range(30)}, {f"p{i}": i for i in range(150)})
+    tracker = MlflowTracker(f"sqlite:///{tmp_path}/limits.db")
+    tracker.client = rec
+    points = [("train/acc", 0.5, 0, s) for s in range(2500)]
+    calls = tracker.log("r", points, {f"p{i}": str(i) for i in range(150)}, {f"t{i}": str(i) for i in range(30)})
     assert calls == len(rec.batches)
     assert sum(b[0] for b in rec.batches) == 2500 and sum(b[1] for b in rec.batches) == 150
     assert sum(b[2] for b in rec.batches) == 30
@@ -156,7 +157,7 @@ def test_a_reader_outside_the_lock_does_not_fail_the_store_preparation(tmp_path)
     import sqlite3
     import threading
 
-    from grokray.tracking.client import prepare_store
+    from grokray.tracking.mlflow_tracker import prepare_store
 
     for attempt in range(4):
         uri = f"sqlite:///{tmp_path}/r{attempt}.db"

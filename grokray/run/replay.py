@@ -9,10 +9,11 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..search.study import LINK_FILE
-from ..tracking.client import existing_store, tracking_client
+from ..tracking.client import existing_store
 from ..tracking.delivery import pending_points, replay_dir, spool_files
 from ..tracking.drivers import left_by_dead_driver
 from ..tracking.store import Store
+from ..tracking.trackers import open_tracker
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem
 from .complete import complete_launch
 
@@ -38,7 +39,7 @@ def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
         print(f"nothing left to replay: launch {Path(spool_dir).name} is delivered (parent run {done.run_id})")
         return 0
     batches, points = pending_points(spool_dir)
-    sent, sent_points, left = replay_dir(spool_dir, tracking_client(uri), deadline_s=wait_s)
+    sent, sent_points, left = replay_dir(spool_dir, open_tracker(uri), deadline_s=wait_s)
     print(f"replayed {sent} of {batches} batches ({sent_points} of {points} metric points) to {uri}")
     if not left and (Path(spool_dir) / LINK_FILE).is_file():
         from .search_record import link_after_replay  # Optuna only for a search's spool

@@ -34,7 +34,7 @@ class BackgroundDelivery:
             return
         files = [p for p in spool_files(self.parent.spool_dir) if p.name.endswith(HANDED_OVER)]
         if files and self.parent.answers():
-            replay_dir(self.parent.spool_dir, self.parent.client, only=files, resolved=self.parent.courier.resolved)
+            replay_dir(self.parent.spool_dir, self.parent.tracker, only=files, resolved=self.parent.courier.resolved)
 
     def finish(self) -> None:
         """Training is over: stop the thread and try every pack's spool once, without waiting, so that the runs an
@@ -44,7 +44,7 @@ class BackgroundDelivery:
         self.parent.deliver_backlog()
         if self.parent.run_id and self.parent.answers():
             files = [p for p in spool_files(self.parent.spool_dir) if not p.name.startswith(LAUNCH_SPOOL_PREFIX)]
-            replay_dir(self.parent.spool_dir, self.parent.client, only=files, resolved=self.parent.courier.resolved)
+            replay_dir(self.parent.spool_dir, self.parent.tracker, only=files, resolved=self.parent.courier.resolved)
 
     def stop(self) -> None:
         self._stop.set()

@@ -25,10 +25,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlflow.entities import Metric
-
-from .client import get_or_create_experiment, is_transient, latest_steps, log_metrics, retry
-from .schema import PARENT_ID_TAG, TRIAL_KEY_TAG, children_filter, launch_filter
+from .client import clean, is_transient, retry
+from .queries import children_query, launch_query
+from .records import RunStatus
+from .schema import PARENT_ID_TAG, TRIAL_KEY_TAG
 
 SPOOL_DIRNAME = "undelivered"
 LAUNCH_SPOOL_PREFIX = "launch-"  # the driver's own spool file (the parent's batches), replayed before the packs'
@@ -75,21 +75,21 @@ class ParentNotCreated(ConnectionError):
     from the launch's own spool first). Transient: the batch waits in the spool like any other."""
 
 
-def resolve_parent(client, experiment_name: str, launch_key: str, resolved: dict[str, str], attempts: int = 3
+def resolve_parent(tracker, experiment_name: str, launch_key: str, resolved: dict[str, str], attempts: int = 3
                    ) -> tuple[str, str]:
     """(experiment id, parent run id) of the launch `launch_key`, found by its tag; ParentNotCreated if absent."""
     if launch_key in resolved:
         return resolved[f"experiment:{launch_key}"], resolved[launch_key]
-    exp = retry(client.get_experiment_by_name, experiment_name, attempts=attempts)
-    found = retry(client.search_runs, [exp.experiment_id], filter_string=launch_filter(launch_key), max_results=1,
-                  attempts=attempts) if exp is not None else []
+    exp_id = retry(tracker.experiment_id, experiment_name, attempts=attempts)
+    found = retry(tracker.search, [exp_id], launch_query(launch_key), 1, attempts=attempts)[0] \
+        if exp_id is not None else []
     if not found:
         raise ParentNotCreated(f"the parent of launch {launch_key} is not in the store yet")
-    resolved[f"experiment:{launch_key}"], resolved[launch_key] = exp.experiment_id, found[0].info.run_id
-    return exp.experiment_id, found[0].info.run_id
+    resolved[f"experiment:{launch_key}"], resolved[launch_key] = exp_id, found[0].run_id
+    return exp_id, found[0].run_id
 
 
-def resolve_run(client, batch: Batch, resolved: dict[str, str], attempts: int = 3) -> str:
+def resolve_run(tracker, batch: Batch, resolved: dict[str, str], attempts: int = 3) -> str:
     """The run a batch goes to: its own id, or the run of its trial key under its parent (found, else created).
     A launch's parent made late (`create` names its experiment and launch) is found by its launch key, else
     created with its experiment; a child of such a parent first finds the parent. `resolved` remembers the
@@ -102,47 +102,45 @@ def resolve_run(client, batch: Batch, resolved: dict[str, str], attempts: int = 
     tags = dict(create.get("tags") or {})
     if create.get("launch_key"):  # the parent itself: found by its launch key, else made with its experiment
         try:
-            return resolve_parent(client, create["experiment_name"], create["launch_key"], resolved, attempts)[1]
+            return resolve_parent(tracker, create["experiment_name"], create["launch_key"], resolved, attempts)[1]
         except ParentNotCreated:
-            exp_id = get_or_create_experiment(client, create["experiment_name"])
-            run_id = retry(client.create_run, exp_id, run_name=create.get("run_name"), tags=tags,
-                           start_time=create.get("start_time"), attempts=attempts).info.run_id
+            exp_id = tracker.ensure_experiment(create["experiment_name"])
+            run_id = retry(tracker.create_run, exp_id, create.get("run_name") or "", tags, create.get("start_time"),
+                           attempts=attempts)
             resolved[f"experiment:{batch.key}"], resolved[batch.key] = exp_id, run_id
             return run_id
     if create.get("parent_key"):  # a child of a parent made late
         create["experiment_id"], tags[PARENT_ID_TAG] = resolve_parent(
-            client, create["experiment_name"], create["parent_key"], resolved, attempts)
-    query = f"{children_filter(tags[PARENT_ID_TAG])} and tags.`{TRIAL_KEY_TAG}` = '{batch.key}'"
-    found = retry(client.search_runs, [create["experiment_id"]], filter_string=query, max_results=1,
-                  attempts=attempts)
+            tracker, create["experiment_name"], create["parent_key"], resolved, attempts)
+    query = children_query(tags[PARENT_ID_TAG]).where({TRIAL_KEY_TAG: batch.key})
+    found, _ = retry(tracker.search, [create["experiment_id"]], query, 1, attempts=attempts)
     if found:
-        run_id = found[0].info.run_id
+        run_id = found[0].run_id
     else:
-        run_id = retry(client.create_run, create["experiment_id"], run_name=create.get("run_name"), tags=tags,
-                       start_time=create.get("start_time"), attempts=attempts).info.run_id
+        run_id = retry(tracker.create_run, create["experiment_id"], create.get("run_name") or "", tags,
+                       create.get("start_time"), attempts=attempts)
     resolved[batch.key] = run_id
     return run_id
 
 
-def deliver(client, batch: Batch, dedup: bool, attempts: int = 3, resolved: dict[str, str] | None = None) -> int:
-    """Send one batch with as few log_batch calls as MLflow's limits allow; returns calls made. With `dedup`
+def deliver(tracker, batch: Batch, dedup: bool, attempts: int = 3, resolved: dict[str, str] | None = None) -> int:
+    """Send one batch (the tracker splits it within its limits); returns the requests it asked for. With `dedup`
     (always for a batch whose run had to be found), points at or below the run's latest stored step of their key
     are dropped first. `attempts` per request."""
     dedup = dedup or not batch.run_id
-    run_id = resolve_run(client, batch, {} if resolved is None else resolved, attempts)
+    run_id = resolve_run(tracker, batch, {} if resolved is None else resolved, attempts)
     metrics = batch.metrics
     if dedup and metrics:
-        stored = latest_steps(client, run_id, attempts)
+        stored = retry(tracker.latest_steps, run_id, attempts=attempts)
         metrics = [m for m in metrics if m[3] > stored.get(m[0], -1)]
-    objs = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in metrics]
     calls = int(dedup)
-    if objs or batch.params or batch.tags:
-        calls += log_metrics(client, run_id, objs, batch.tags, batch.params, attempts=attempts)
+    if metrics or batch.params or batch.tags:
+        calls += retry(tracker.log, run_id, metrics, clean(batch.params), clean(batch.tags), attempts=attempts)
     for path, text in batch.texts.items():  # an artifact small enough to wait in the spool (a spec, a record)
-        retry(client.log_text, run_id, text, path, attempts=attempts)
+        retry(tracker.log_text, run_id, text, path, attempts=attempts)
         calls += 1
     if batch.terminate:
-        retry(client.set_terminated, run_id, batch.terminate, end_time=batch.end_time, attempts=attempts)
+        retry(tracker.set_status, run_id, RunStatus(batch.terminate), batch.end_time, attempts=attempts)
         calls += 1
     return calls
 
@@ -204,7 +202,7 @@ def pending_points(directory: str | Path) -> tuple[int, int]:
     return len(batches), sum(b.points for b in batches)
 
 
-def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: list | None = None,
+def replay_dir(directory: str | Path, tracker, deadline_s: float = 0.0, only: list | None = None,
                resolved: dict[str, str] | None = None, stop: threading.Event | None = None) -> tuple[int, int, int]:
     """Deliver every spooled batch under `directory` (or the files `only`), retrying transient failures until
     `deadline_s` from now, or until `stop` is set (Ctrl-C during a launch's close). Returns (batches delivered,
@@ -222,7 +220,7 @@ def replay_dir(directory: str | Path, client, deadline_s: float = 0.0, only: lis
             wait = 1.0
             while True:
                 try:
-                    deliver(client, batch, dedup=True, resolved=resolved)
+                    deliver(tracker, batch, dedup=True, resolved=resolved)
                     break
                 except Exception as exc:  # noqa: BLE001
                     if not is_transient(exc) or time.monotonic() + wait > end or stop.wait(wait):
@@ -243,9 +241,9 @@ class Courier:
     request is tried `attempts` times: the courier's own backoff is the retry, so a server that is away or
     restarting costs a send a refused connection or a short probe, not MLflow's request timeout."""
 
-    def __init__(self, client, spool_path: str | Path, max_points: int = 200_000, block_s: float = 0.0,
+    def __init__(self, tracker, spool_path: str | Path, max_points: int = 200_000, block_s: float = 0.0,
                  clock=time.monotonic, sleep=time.sleep, workers: int = 1, probe=None, attempts: int = 3):
-        self.client = client
+        self.tracker = tracker
         self.probe, self.attempts = probe, attempts
         self.resolved: dict[str, str] = {}  # trial key -> run id, for batches of runs created late
         self.workers = workers  # concurrent requests for send_many (a tracking server: 8; a SQLite file: 1)
@@ -303,7 +301,7 @@ class Courier:
             if not self.queue:
                 return True
             try:
-                self.calls += deliver(self.client, self.queue[0], dedup=True, attempts=self.attempts,
+                self.calls += deliver(self.tracker, self.queue[0], dedup=True, attempts=self.attempts,
                                       resolved=self.resolved)
             except Exception as exc:  # noqa: BLE001
                 self._failed(exc)
@@ -314,7 +312,7 @@ class Courier:
     def send(self, batch: Batch) -> None:
         if self.flush():
             try:
-                self.calls += deliver(self.client, batch, dedup=False, attempts=self.attempts,
+                self.calls += deliver(self.tracker, batch, dedup=False, attempts=self.attempts,
                                       resolved=self.resolved)
                 return
             except Exception as exc:  # noqa: BLE001
@@ -348,7 +346,7 @@ class Courier:
 
     def _attempt(self, batch: Batch) -> tuple[int, BaseException | None]:
         try:
-            return deliver(self.client, batch, dedup=False, attempts=self.attempts, resolved=self.resolved), None
+            return deliver(self.tracker, batch, dedup=False, attempts=self.attempts, resolved=self.resolved), None
         except Exception as exc:  # noqa: BLE001 - judged by the caller, on the sending thread
             return 0, exc
 

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .schema import PARENT, PARENT_ID_TAG, PHASE_TAG, ROLE_TAG, STEPS_RUN_METRIC
+from .schema import STEPS_RUN_METRIC
 from .uri import store_exists
 
 MIN_RUNS = 8  # fewer classified runs at one budget say too little to replace the prior
@@ -44,22 +44,23 @@ def _budget(params: dict) -> int | None:
     return min(steps, int(float(budget))) if budget not in (None, "None") else steps
 
 
-def trained_fractions(client, experiment_name: str) -> dict[int, list[float]]:
+def trained_fractions(tracker, experiment_name: str) -> dict[int, list[float]]:
     """budget -> the share of it each classified child run of a finished sweep trained (steps_run / budget)."""
-    from .client import search_all  # MLflow's imports: only once a store is there to read
+    from .client import search_all
+    from .queries import classified_query, parents_query
+    from .records import RunStatus
 
-    exp = client.get_experiment_by_name(experiment_name)
-    if exp is None:
+    exp_id = tracker.experiment_id(experiment_name)
+    if exp_id is None:
         return {}
     # only finished sweeps: one still running has classified its early stoppers and not yet the members that
     # train their whole budget, so its children would say the budget is cheap
-    finished = {r.info.run_id for r in search_all(
-        client, exp.experiment_id, f"tags.`{ROLE_TAG}` = '{PARENT}' and attributes.status = 'FINISHED'")}
+    finished = {r.run_id for r in search_all(tracker, exp_id, parents_query(status=RunStatus.FINISHED))}
     used: dict[int, list[float]] = {}
-    for run in search_all(client, exp.experiment_id, f"tags.`{PHASE_TAG}` LIKE '%'"):
-        if run.data.tags.get(PARENT_ID_TAG) not in finished:
+    for run in search_all(tracker, exp_id, classified_query()):
+        if run.parent_id not in finished:
             continue
-        budget, steps = _budget(run.data.params), run.data.metrics.get(STEPS_RUN_METRIC)
+        budget, steps = _budget(run.params), run.metrics.get(STEPS_RUN_METRIC)
         if budget and steps is not None:
             used.setdefault(budget, []).append(min(steps, budget) / budget)
     return used
@@ -70,10 +71,10 @@ def stored_budget_share(tracking_uri: str, experiment_name: str, budget: int) ->
     least MIN_RUNS classified runs, or None (no store, no experiment, too few runs, or the store unreadable)."""
     if not store_exists(tracking_uri):
         return None  # nothing stored to measure, and MLflow's imports not paid for it
-    from mlflow.tracking import MlflowClient
+    from .trackers import open_tracker  # the tracker's imports: only once a store is there to read
 
     try:
-        used = trained_fractions(MlflowClient(tracking_uri), experiment_name)
+        used = trained_fractions(open_tracker(tracking_uri), experiment_name)
     except Exception:  # noqa: BLE001 - an unreachable or foreign store leaves the estimate on its prior
         return None
     usable = {b: u for b, u in used.items() if len(u) >= MIN_RUNS}

@@ -15,21 +15,9 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
-from mlflow.entities import RunTag
-from mlflow.tracking import MlflowClient
-
 from ..config import only_known_fields
 from ..phases import counted_phase
-from .client import (
-    StoreAway,
-    clean,
-    counted_phase_of,
-    latest_steps,
-    now_ms,
-    quick_failing_http,
-    retry,
-    search_all,
-)
+from .client import StoreAway, clean, counted_phase_of, now_ms, retry, search_all
 from .delivery import (
     HANDED_OVER,
     SPOOL_DIRNAME,
@@ -40,6 +28,8 @@ from .delivery import (
     spool_files,
     undelivered,
 )
+from .queries import children_query
+from .records import RunRecord, RunStatus
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATION,
@@ -59,9 +49,9 @@ from .schema import (
     SWEPT_TAG,
     TASK_TAG,
     TRIAL_KEY_TAG,
-    children_filter,
     flatten,
 )
+from .trackers import open_tracker
 from .uri import server_answers
 
 OPEN_ATTEMPTS = 3  # a pack that finds the server away at open trains on; its runs are made when it is back
@@ -124,19 +114,16 @@ class PackTracker:
         self.target = target
         self.pack = pack
         server = target.tracking_uri.startswith("http")
-        if server:
-            quick_failing_http()  # the courier spools instead of letting MLflow's client retry for minutes
-            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a line per ended run
         self.workers = target.concurrency if server else 1
-        self.client = MlflowClient(tracking_uri=target.tracking_uri)
+        self.tracker = open_tracker(target.tracking_uri, launch=True)  # a server away: the courier spools
         self.runs: list[MemberRun] = []
         self.experiment_id, self.parent_id = target.experiment_id, target.parent_run_id  # "" until the server answers
         self.started_ms = now_ms()  # the members' runs start with the pack, wherever and whenever they are made
         self._calls = 0
-        self.seconds = 0.0  # time spent in MLflow from this worker
+        self.seconds = 0.0  # time spent in the tracker's calls from this worker
         self.spool_dir = Path(target.spool_dir or Path.home() / ".grokray" / SPOOL_DIRNAME /
                               (target.parent_key or target.parent_run_id))
-        self.courier = Courier(self.client, self.spool_dir / f"{pack['pack_id']}-{os.getpid()}-{now_ms()}.jsonl",
+        self.courier = Courier(self.tracker, self.spool_dir / f"{pack['pack_id']}-{os.getpid()}-{now_ms()}.jsonl",
                                max_points=target.buffer_points, block_s=target.buffer_block_s, workers=self.workers,
                                probe=partial(server_answers, target.tracking_uri) if server else None,
                                attempts=1 if server else 3)
@@ -155,7 +142,7 @@ class PackTracker:
 
     @property
     def calls(self) -> int:
-        """MLflow requests made (the benchmark reports them)."""
+        """Tracker requests made (the benchmark reports them)."""
         return self._calls + self.courier.calls
 
     def _timed(self, fn, *args, **kwargs):
@@ -175,18 +162,18 @@ class PackTracker:
         earlier = [p for p in spool_files(self.spool_dir) if p.name.startswith(f"{self.pack['pack_id']}-")
                    and not p.name.endswith(HANDED_OVER)]  # handed-over files are the driver's to deliver
         for path in earlier:  # an earlier attempt of this pack spooled batches: one try before reading steps
-            replay_dir(path.parent, self.client, only=[path])
+            replay_dir(path.parent, self.tracker, only=[path])
         with StoreAway() as away:
             if not self.parent_id:  # the driver's server was away at launch: is the parent there now?
                 self.experiment_id, self.parent_id = resolve_parent(
-                    self.client, target.experiment_name, target.parent_key, self.courier.resolved, OPEN_ATTEMPTS)
-            existing = search_all(self.client, self.experiment_id, f"{children_filter(self.parent_id)} "
-                                  f"and tags.`{PACK_ID_TAG}` = '{self.pack['pack_id']}'", attempts=OPEN_ATTEMPTS)
+                    self.tracker, target.experiment_name, target.parent_key, self.courier.resolved, OPEN_ATTEMPTS)
+            existing = search_all(self.tracker, self.experiment_id,
+                                  children_query(self.parent_id, self.pack["pack_id"]), attempts=OPEN_ATTEMPTS)
             self._calls += 1
         if away.happened:
             self.runs = [self._deferred(m, node_id) for m in self.pack["members"]]  # found or made at delivery
             return
-        by_key = {r.data.tags.get(TRIAL_KEY_TAG): r for r in existing}
+        by_key = {r.tags.get(TRIAL_KEY_TAG): r for r in existing}
         new = [m for m in self.pack["members"] if m["key"] not in by_key]
         if self.workers > 1 and len(new) > 1:  # a fresh pack of many members: its runs created concurrently
             from concurrent.futures import ThreadPoolExecutor
@@ -219,39 +206,38 @@ class PackTracker:
 
     def _create(self, member: dict, node_id: str) -> MemberRun:
         with StoreAway() as away:
-            run = retry(self.client.create_run, self.experiment_id, run_name=member["name"],
-                        tags=self._tags(member, node_id), start_time=self.started_ms, attempts=OPEN_ATTEMPTS)
+            run_id = retry(self.tracker.create_run, self.experiment_id, member["name"], self._tags(member, node_id),
+                           self.started_ms, attempts=OPEN_ATTEMPTS)
         if away.happened:
             return self._deferred(member, node_id)
         self._calls += 1
-        return MemberRun(member["key"], run.info.run_id, {}, flatten(member["config"]))
+        return MemberRun(member["key"], run_id, {}, flatten(member["config"]))
 
-    def _reopen(self, found, member: dict, node_id: str, restored_from: int) -> MemberRun:
+    def _reopen(self, found: RunRecord, member: dict, node_id: str, restored_from: int) -> MemberRun:
         """A retry or resume: the run's stored steps (one request) and RUNNING again. A run that finished is left
         as it is (nothing of it is sent again); a continued run counts a resume, a run trained again from step 0
         a start."""
-        run_id = found.info.run_id
+        run_id = found.run_id
         moved = _moved_tags(found, member)
-        if PHASE_TAG in found.data.tags:  # ended before the pack was stopped: nothing more to send but its new trial
+        if PHASE_TAG in found.tags:  # ended before the pack was stopped: nothing more to send but its new trial
             if moved:
-                retry(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in moved.items()],
-                      attempts=OPEN_ATTEMPTS)
+                retry(self.tracker.log, run_id, tags=moved, attempts=OPEN_ATTEMPTS)
             run = MemberRun(member["key"], run_id, {})
             run.finished = run.sealed = True
-            run.phase = found.data.tags[PHASE_TAG]
+            run.phase = found.tags[PHASE_TAG]
             run.counted_as = counted_phase_of(found)
             return run
         last = {}  # unknown while the store is away: the first batches are deduplicated against it instead
         with StoreAway():
-            last = latest_steps(self.client, run_id, OPEN_ATTEMPTS) if found.data.metrics else {}
+            last = retry(self.tracker.latest_steps, run_id, attempts=OPEN_ATTEMPTS) if found.metrics else {}
             self._calls += 1
-            if found.info.status != "RUNNING":
-                retry(self.client.update_run, run_id, status="RUNNING", attempts=OPEN_ATTEMPTS)
+            if found.status != RunStatus.RUNNING:
+                retry(self.tracker.set_status, run_id, RunStatus.RUNNING, attempts=OPEN_ATTEMPTS)
                 self._calls += 1
-        counter = RESUMES_TAG if restored_from > 0 or not found.data.metrics else STARTS_TAG
-        tags = {counter: str(int(found.data.tags.get(counter, "1" if counter == STARTS_TAG else "0")) + 1),
+        counter = RESUMES_TAG if restored_from > 0 or not found.metrics else STARTS_TAG
+        tags = {counter: str(int(found.tags.get(counter, "1" if counter == STARTS_TAG else "0")) + 1),
                 **({NODE_TAG: node_id} if node_id else {}), **moved}
-        pending = {} if found.data.params else flatten(member["config"])  # died before its first batch
+        pending = {} if found.params else flatten(member["config"])  # died before its first batch
         return MemberRun(member["key"], run_id, last, pending, tags)
 
     def log_curves(self, results) -> None:
@@ -279,7 +265,7 @@ class PackTracker:
                 path = Path(d) / name
                 torch.save(state, path)
                 with StoreAway():
-                    retry(self.client.log_artifact, run.run_id, str(path))
+                    retry(self.tracker.log_artifact, run.run_id, path)
             self._calls += 1
 
     def _log(self, results, thresholds, ended=None) -> None:
@@ -305,7 +291,7 @@ class PackTracker:
                 metrics += [[k, float(v), now, int(result.steps_run)] for k, v in summary.items()
                             if v is not None and math.isfinite(float(v))]
                 counted = counted_phase(result.phase, result.ideal_val_acc, thresholds[i])  # undecodable: said
-                terminate, end_ms = "FINISHED", int(ended[i] * 1000)
+                terminate, end_ms = RunStatus.FINISHED.value, int(ended[i] * 1000)
                 tags = {**tags, PHASE_TAG: result.phase, ENDED_TAG: str(end_ms),
                         **({COUNTED_TAG: counted} if counted != result.phase else {})}
                 run.finished = True
@@ -322,9 +308,9 @@ class PackTracker:
         return sum(b.points for b in undelivered(handed)) if handed else 0
 
 
-def _moved_tags(found, member: dict) -> dict[str, str]:
+def _moved_tags(found: RunRecord, member: dict) -> dict[str, str]:
     """The member's own tags (a search's trial number) and name where the run it reopens holds others: a search
     resumed after a stop re-runs its interrupted trials under new numbers, and their runs must point at the trial
     that finished them, not at the failed one."""
     want = clean({**member.get("tags", {}), RUN_NAME_TAG: member["name"]})
-    return {k: v for k, v in want.items() if found.data.tags.get(k) != v}
+    return {k: v for k, v in want.items() if found.tags.get(k) != v}

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
-
 from .client import (
     STREAM_PAGE,
     StoreAway,
@@ -24,10 +22,7 @@ from .client import (
     find_parent,
     now_ms,
     phase_counts,
-    prepare_store,
-    quick_failing_http,
     retry,
-    run_is_active,
     search_all,
     search_pages,
 )
@@ -44,7 +39,8 @@ from .delivery import (
     resolve_parent,
 )
 from .drivers import driver_died, driver_id
-from .records import RunRecord, ended_by_close, record_line
+from .queries import children_query, parents_query
+from .records import RunNotFound, RunRecord, RunStatus, ended_by_close, record_line
 from .schema import (
     CODE_VERSION_TAG,
     CONFIGURATIONS_TAG,
@@ -53,7 +49,6 @@ from .schema import (
     KINDS,
     LAUNCH_TAG,
     LOG_AXES_TAG,
-    PACK_ID_TAG,
     PARENT,
     PHASE_COUNT_METRIC,
     PHASE_TAG,
@@ -65,11 +60,9 @@ from .schema import (
     SPEC_HASH_TAG,
     SWEPT_TAG,
     TRIAL_KEY_TAG,
-    children_filter,
-    parents_filter,
     phase_count_tags,
 )
-from .store import record
+from .trackers import open_tracker
 from .uri import server_answers
 
 
@@ -109,10 +102,7 @@ class ParentRun:
     def __init__(self, uri: str, experiment_name: str, storage: str):
         self.uri = uri
         self.server = uri.startswith("http")
-        if self.server:
-            quick_failing_http()  # a server that is away answers in seconds, not after minutes of retries
-        prepare_store(uri)  # before MLflow's first open of a new file, which makes its tables
-        self.client = MlflowClient(tracking_uri=uri)
+        self.tracker = open_tracker(uri, launch=True)
         self.experiment_name = experiment_name
         self.storage = storage
         self.experiment_id = ""  # known once the server answers
@@ -132,9 +122,9 @@ class ParentRun:
     @property
     def courier(self) -> Courier:
         if self._courier is None:
-            self._courier = Courier(self.client, Path(self.spool_dir) / f"{LAUNCH_SPOOL_PREFIX}{self.launch_key}.jsonl",
-                                    probe=partial(server_answers, self.uri) if self.server else None,
-                                    attempts=1 if self.server else 3)
+            spool = Path(self.spool_dir) / f"{LAUNCH_SPOOL_PREFIX}{self.launch_key}.jsonl"
+            self._courier = Courier(self.tracker, spool, probe=partial(server_answers, self.uri) if self.server
+                                    else None, attempts=1 if self.server else 3)
         return self._courier
 
     def answers(self) -> bool:
@@ -180,35 +170,37 @@ class ParentRun:
 
     def find(self, spec_hash: str, kind: str | None = None) -> RunRecord | None:
         """The latest parent of this spec hash (and kind) in this experiment, or None."""
-        run = find_parent(self.client, self.experiment_name, spec_hash, kind)
-        return None if run is None else record(run)
+        return find_parent(self.tracker, self.experiment_name, spec_hash, kind)
 
     def find_launch(self, launch_key: str) -> RunRecord | None:
         """The parent of one launch (by the key it was given at open), or None."""
         try:
-            _, run_id = resolve_parent(self.client, self.experiment_name, launch_key, {})
+            _, run_id = resolve_parent(self.tracker, self.experiment_name, launch_key, {})
         except ParentNotCreated:
             return None
-        return record(retry(self.client.get_run, run_id))
+        return retry(self.tracker.get_run, run_id)
 
     def active_run(self, run_id: str) -> RunRecord | None:
         """A run of this store by id, unless it was deleted or is in another store."""
-        return record(self.client.get_run(run_id)) if run_is_active(self.client, run_id) else None
+        try:
+            return self.tracker.get_run(run_id)
+        except RunNotFound:
+            return None
 
     def resume(self, run_id: str) -> None:
         """Continue a parent: RUNNING again, its launch's spool delivered first (what the last launch left)."""
-        run = retry(self.client.get_run, run_id)
-        self.run_id, self.experiment_id = run_id, run.info.experiment_id
-        self.started_ms = run.info.start_time or now_ms()
-        self.launch_key = run.data.tags.get(LAUNCH_TAG) or run_id
-        retry(self.client.update_run, run_id, status="RUNNING")
-        retry(self.client.set_tag, run_id, DRIVER_TAG, driver_id())
-        counted = sorted(k for k in run.data.metrics if k.startswith(PHASE_COUNT_METRIC))
+        run = retry(self.tracker.get_run, run_id)
+        self.run_id, self.experiment_id = run_id, run.experiment_id
+        self.started_ms = run.start_ms or now_ms()
+        self.launch_key = run.tags.get(LAUNCH_TAG) or run_id
+        retry(self.tracker.set_status, run_id, RunStatus.RUNNING)
+        retry(self.tracker.log, run_id, tags={DRIVER_TAG: driver_id()})
+        counted = sorted(k for k in run.metrics if k.startswith(PHASE_COUNT_METRIC))
         if counted:  # each close's counts at a step of their own: close 0, then 1 after a resume, ...
-            self.close_step = 1 + max(m.step for m in retry(self.client.get_metric_history, run_id, counted[0]))
-        if RUNS_SUMMARY_TAG in run.data.tags:  # the table is of the last launch: stale until this one closes
-            retry(self.client.delete_tag, run_id, RUNS_SUMMARY_TAG)
-        replay_dir(self.spool_dir, self.client)
+            self.close_step = 1 + max(p.step for p in retry(self.tracker.curve, run_id, counted[0]))
+        if RUNS_SUMMARY_TAG in run.tags:  # the table is of the last launch: stale until this one closes
+            retry(self.tracker.delete_tag, run_id, RUNS_SUMMARY_TAG)
+        replay_dir(self.spool_dir, self.tracker)
 
     def close_orphans(self, spec_hash: str, kind: str) -> tuple[list[RunRecord], list[RunRecord]]:
         """Parents of this experiment left RUNNING by a driver that died on this machine (SIGKILL, the OOM
@@ -216,50 +208,52 @@ class ParentRun:
         have ended them; another spec's are left for its own --resume. Returns (closed, left); the caller says
         each. A store that is away, or a parent of a live or remote driver, is left alone."""
         with StoreAway() as away:
-            exp = self.client.get_experiment_by_name(self.experiment_name)
-            found = search_all(self.client, exp.experiment_id, parents_filter()
-                               + " and attributes.status = 'RUNNING'") if exp else []
+            exp_id = self.tracker.experiment_id(self.experiment_name)
+            found = search_all(self.tracker, exp_id, parents_query(status=RunStatus.RUNNING)) if exp_id else []
         if away.happened:
             return [], []
         closed, left = [], []
         for run in found:
-            if not driver_died(run.data.tags.get(DRIVER_TAG, "")):
+            if not driver_died(run.tags.get(DRIVER_TAG, "")):
                 continue
-            if (run.data.tags.get(SPEC_HASH_TAG), run.data.tags.get(KIND_TAG)) != (spec_hash, kind):
-                left.append(record(run))
+            if (run.tags.get(SPEC_HASH_TAG), run.tags.get(KIND_TAG)) != (spec_hash, kind):
+                left.append(run)
                 continue
-            for child in search_all(self.client, run.info.experiment_id, children_filter(run.info.run_id)):
-                if child.info.status == "RUNNING":
-                    retry(self.client.set_terminated, child.info.run_id, "KILLED")
-            retry(self.client.set_terminated, run.info.run_id, "KILLED")
-            closed.append(record(run))
+            for child in search_all(self.tracker, run.experiment_id, children_query(run.run_id)):
+                if child.status == RunStatus.RUNNING:
+                    retry(self.tracker.set_status, child.run_id, RunStatus.KILLED)
+            retry(self.tracker.set_status, run.run_id, RunStatus.KILLED)
+            closed.append(run)
         return closed, left
 
     def attach(self, run: RunRecord) -> None:
         """Point at an existing parent (read only: nothing is resumed or delivered), e.g. to read its children."""
         self.run_id, self.experiment_id = run.run_id, run.experiment_id
 
-    def _child_runs(self) -> list:
+    def _child_runs(self) -> list[RunRecord]:
         if not self.run_id:
             raise ParentNotCreated(f"the parent of launch {self.launch_key} is not in the store yet")
-        return search_all(self.client, self.experiment_id, children_filter(self.run_id))
+        return search_all(self.tracker, self.experiment_id, children_query(self.run_id))
 
     def children(self) -> list[RunRecord]:
         """This launch's trial runs, as plain records."""
-        return [record(r) for r in self._child_runs()]
+        return self._child_runs()
 
     def read_texts(self, folder: str) -> list[str]:
         """The text artifacts under `folder` of the parent, in path order."""
-        paths = sorted(a.path for a in retry(self.client.list_artifacts, self.run_id, folder))
-        return [Path(self.client.download_artifacts(self.run_id, path)).read_text() for path in paths]
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            return [self.tracker.download(self.run_id, path, d).read_text()
+                    for path in sorted(retry(self.tracker.artifact_paths, self.run_id, folder))]
 
     def end_unfinished_children(self, tag: str) -> int:
         """Children still RUNNING without a phase (a scheduler stopped them early) get `tag` and end KILLED."""
         ended = 0
         for run in self._child_runs():
-            if run.info.status == "RUNNING" and PHASE_TAG not in run.data.tags:
-                retry(self.client.set_tag, run.info.run_id, tag, "true")
-                retry(self.client.set_terminated, run.info.run_id, "KILLED")
+            if run.status == RunStatus.RUNNING and PHASE_TAG not in run.tags:
+                retry(self.tracker.log, run.run_id, tags={tag: "true"})
+                retry(self.tracker.set_status, run.run_id, RunStatus.KILLED)
                 ended += 1
         return ended
 
@@ -267,12 +261,11 @@ class ParentRun:
         """The children, a page at a time. With `packs` (the pack id of every trial of the launch) pack by pack:
         MLflow's SQL store pages with OFFSET, so each page of the whole parent sorts every child again (the close
         of an 8·10^4-run launch took 19 minutes), while one pack is a few hundred runs."""
-        flt = children_filter(self.run_id)
         if packs is None:
-            yield from search_pages(self.client, self.experiment_id, flt, size=STREAM_PAGE)
+            yield from search_pages(self.tracker, self.experiment_id, children_query(self.run_id), size=STREAM_PAGE)
             return
         for pack in dict.fromkeys(packs):
-            yield from search_pages(self.client, self.experiment_id, f"{flt} and tags.`{PACK_ID_TAG}` = '{pack}'",
+            yield from search_pages(self.tracker, self.experiment_id, children_query(self.run_id, pack),
                                     size=STREAM_PAGE)
 
     def _end_and_count_children(self, table: bool, on_page=None, on_record=None, packs: list[str] | None = None
@@ -295,11 +288,10 @@ class ParentRun:
             path = Path(d) / Path(RUNS_SUMMARY_ARTIFACT).name
             with gzip.open(path, "wt", compresslevel=6) as out:
                 for page in self._child_pages(packs):
-                    for run in page:
-                        rec = record(run)
-                        if run.info.status == "RUNNING":
+                    for rec in page:
+                        if rec.status == RunStatus.RUNNING:
                             rec = ended_by_close(rec, now_ms())
-                            retry(self.client.set_terminated, rec.run_id, rec.status, rec.end_ms)
+                            retry(self.tracker.set_status, rec.run_id, RunStatus(rec.status), rec.end_ms)
                         out.write(record_line(rec))
                         if on_record is not None:
                             on_record(rec)
@@ -309,8 +301,8 @@ class ParentRun:
                     if on_page is not None:
                         on_page()
             if table:
-                retry(self.client.log_artifact, self.run_id, str(path), str(Path(RUNS_SUMMARY_ARTIFACT).parent))
-                retry(self.client.set_tag, self.run_id, RUNS_SUMMARY_TAG, str(rows))
+                retry(self.tracker.log_artifact, self.run_id, path, str(Path(RUNS_SUMMARY_ARTIFACT).parent))
+                retry(self.tracker.log, self.run_id, tags={RUNS_SUMMARY_TAG: str(rows)})
         return dict(sorted(counts.items()))
 
     def count_children(self, on_record=None) -> dict[str, int]:
@@ -321,10 +313,9 @@ class ParentRun:
     def delete_unfinished(self, keys: set[str]) -> int:
         """Delete the children of these trial keys that never got a phase (a round that is started again would
         otherwise leave them beside the runs it makes). Returns how many."""
-        stale = [r.info.run_id for r in self._child_runs()
-                 if PHASE_TAG not in r.data.tags and r.data.tags.get(TRIAL_KEY_TAG) in keys]
+        stale = [r.run_id for r in self._child_runs() if PHASE_TAG not in r.tags and r.tags.get(TRIAL_KEY_TAG) in keys]
         for run_id in stale:
-            retry(self.client.delete_run, run_id)
+            retry(self.tracker.delete_run, run_id)
         return len(stale)
 
     def set_tag(self, key: str, value) -> None:
@@ -344,7 +335,7 @@ class ParentRun:
         `stop`: set to end the wait for the spool's delivery (what is left stays for `grokray replay`)."""
         with self._lock:
             self.courier.close(0.0)
-        replay_dir(self.spool_dir, self.client, deadline_s=wait_s, resolved=self.courier.resolved, stop=stop)
+        replay_dir(self.spool_dir, self.tracker, deadline_s=wait_s, resolved=self.courier.resolved, stop=stop)
         self._learn_id()
         counts: dict[str, int] | None = None
         with StoreAway():
@@ -363,7 +354,7 @@ class ParentRun:
         delivered = False
         if measured:  # the server answered a moment ago: send the closing batch as any other
             with StoreAway():
-                deliver(self.client, batch, dedup=False, attempts=6)
+                deliver(self.tracker, batch, dedup=False, attempts=6)
                 delivered = True
         if not delivered:  # after the parent's other batches, in its own spool file
             Spool(self.courier.spool.path).append(batch)

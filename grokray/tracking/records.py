@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -52,13 +52,37 @@ class Point:
     timestamp_ms: int
 
 
+class RunNotFound(LookupError):
+    """No run by that id in the store (or it was deleted)."""
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """Which runs a search returns, in grokray's words: each of `tags` equal to its value, each of `with_tags`
+    present (any value), and, if given, the status. A tracker turns it into its own query (MLflow: a filter
+    string, tracking/mlflow_tracker.py); `matches` is the rule itself, for a tracker that filters in memory."""
+
+    tags: dict[str, str] = field(default_factory=dict)
+    with_tags: tuple[str, ...] = ()
+    status: RunStatus | None = None
+
+    def matches(self, r: RunRecord) -> bool:
+        return (all(r.tags.get(k) == v for k, v in self.tags.items())
+                and all(k in r.tags for k in self.with_tags)
+                and (self.status is None or r.status == self.status))
+
+    def where(self, tags: dict[str, str]) -> RunQuery:
+        """This query, narrowed to runs that also carry each of `tags` with its value."""
+        return replace(self, tags={**self.tags, **tags})
+
+
 def ended_by_close(r: RunRecord, now_ms: int) -> RunRecord:
     """A child a stop left RUNNING, as the launch's close ends it: FINISHED at its own stop time if its phase
     came (a kill between its tags and its end; the phase travels with ENDED_TAG), else KILLED now."""
     if PHASE_TAG not in r.tags:
-        return replace(r, status="KILLED", end_ms=now_ms)
+        return replace(r, status=RunStatus.KILLED.value, end_ms=now_ms)
     ended = r.tags.get(ENDED_TAG, "")
-    return replace(r, status="FINISHED", end_ms=int(ended) if ended.isdigit() else now_ms)
+    return replace(r, status=RunStatus.FINISHED.value, end_ms=int(ended) if ended.isdigit() else now_ms)
 
 
 def record_line(r: RunRecord) -> str:

@@ -83,26 +83,6 @@ def phase_count_tags(counts: dict[str, int]) -> dict[str, str]:
     return {f"{PHASE_COUNT_TAG}{p}": str(n) for p, n in counts.items()}
 
 
-def parent_filter(spec_hash: str, kind: str | None = None) -> str:
-    """The search_runs filter for the parent runs of one spec (of one driver's kind, if given)."""
-    query = f"tags.`{ROLE_TAG}` = '{PARENT}' and tags.`{SPEC_HASH_TAG}` = '{spec_hash}'"
-    return query + (f" and tags.`{KIND_TAG}` = '{kind}'" if kind else "")
-
-
-def tags_filter(tags: dict[str, str]) -> str:
-    """The search_runs filter for runs that carry each tag with its value."""
-    return " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
-
-
-def parents_filter(tags: dict[str, str] | None = None) -> str:
-    """The search_runs filter for launches' parent runs (that carry each of `tags`, if given)."""
-    return " and ".join([f"tags.`{ROLE_TAG}` = '{PARENT}'", *([tags_filter(tags)] if tags else [])])
-
-
-def children_filter(parent_run_id: str) -> str:
-    return f"tags.{PARENT_ID_TAG} = '{parent_run_id}'"
-
-
 def flatten(d: dict, prefix: str = "") -> dict[str, object]:
     """{'optim': {'decoder': {'lr': 1e-3}}} -> {'optim.decoder.lr': 1e-3}: a configuration as MLflow params.
     Lists stay values."""
@@ -114,8 +94,3 @@ def flatten(d: dict, prefix: str = "") -> dict[str, object]:
         else:
             out[key] = v
     return out
-
-
-def launch_filter(launch_key: str) -> str:
-    """The parent of one launch, found by the key it was given before the server answered."""
-    return f"tags.`{ROLE_TAG}` = '{PARENT}' and tags.`{LAUNCH_TAG}` = '{launch_key}'"

@@ -1,35 +1,19 @@
-"""The tracking store as plain records: the one reader (and the few writes) the layers above tracking/ use, so
-that none of them names MLflow. A run is a RunRecord of strings and numbers; a curve is a list of points. A
-tracker backend other than MLflow replaces this module (and client.py beneath it), not its callers.
+"""The tracking store as the layers above tracking/ read it: a launch's parent and children, a run by (a prefix of)
+its id, curves and artifacts, as RunRecords and Points, over any Tracker (open_tracker), so none of them names
+MLflow. A new tracker backend changes nothing here.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from mlflow.entities import Metric
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
-
-from .client import STREAM_PAGE, find_parent, log_metrics, retry, search_all, search_pages
-from .records import Point, RunRecord, read_table, table_rows
-from .schema import (
-    LAUNCH_TAG,
-    RUNS_SUMMARY_ARTIFACT,
-    RUNS_SUMMARY_TAG,
-    children_filter,
-    parents_filter,
-)
-
-
-def record(run) -> RunRecord:
-    """An MLflow Run as a RunRecord."""
-    info, data = run.info, run.data
-    return RunRecord(info.run_id, info.run_name or "", info.experiment_id, info.status, info.start_time,
-                     info.end_time, dict(data.params), dict(data.tags), dict(data.metrics))
+from .client import STREAM_PAGE, clean, find_parent, retry, search_all, search_pages
+from .queries import children_query, parents_query
+from .records import Point, RunNotFound, RunRecord, read_table, table_rows
+from .schema import LAUNCH_TAG, RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG
+from .trackers import open_tracker
 
 
 class Store:
@@ -37,32 +21,28 @@ class Store:
 
     def __init__(self, uri: str):
         self.uri = uri
-        self.client = MlflowClient(uri)
-        # A download draws a progress bar on stderr: noise in a one-line error, in a log, in a notebook cell.
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        self.tracker = open_tracker(uri)
 
     # -- reading ------------------------------------------------------------------------------------------------
     def experiment_id(self, name: str) -> str | None:
-        exp = self.client.get_experiment_by_name(name)
-        return None if exp is None else exp.experiment_id
+        return self.tracker.experiment_id(name)
 
     def experiments(self) -> dict[str, str]:
         """id -> name of every experiment."""
-        return {e.experiment_id: e.name for e in self.client.search_experiments()}
+        return self.tracker.experiments()
 
     def runs(self, experiment_ids: str | list[str]) -> list[RunRecord]:
         """Every run of the experiments, page by page."""
-        return [record(r) for r in search_all(self.client, experiment_ids)]
+        return search_all(self.tracker, experiment_ids)
 
     def parents(self, experiment_ids: str | list[str]) -> list[RunRecord]:
         """Every launch's parent run in the experiments."""
-        return [record(r) for r in search_all(self.client, experiment_ids, parents_filter())]
+        return search_all(self.tracker, experiment_ids, parents_query())
 
     def latest_parent(self, experiment_ids: list[str], tags: dict[str, str] | None = None) -> RunRecord | None:
         """The parent run that started last in the experiments (among those carrying `tags`)."""
-        found = retry(self.client.search_runs, experiment_ids, filter_string=parents_filter(tags), max_results=1,
-                      order_by=["attributes.start_time DESC"]) if experiment_ids else []
-        return record(found[0]) if found else None
+        found = retry(self.tracker.search, experiment_ids, parents_query(tags), 1)[0] if experiment_ids else []
+        return found[0] if found else None
 
     def launch_parent(self, launch_key: str) -> RunRecord | None:
         """The parent run of one launch, by the key it was given before the server answered (names its spool),
@@ -71,19 +51,18 @@ class Store:
 
     def children_of(self, parent_run_id: str, experiment_id: str) -> list[RunRecord]:
         """A launch's child runs as the store holds them now (no runs table: see iter_children)."""
-        return [record(r) for r in search_all(self.client, experiment_id, children_filter(parent_run_id))]
+        return search_all(self.tracker, experiment_id, children_query(parent_run_id))
 
     def run(self, run_id: str) -> RunRecord:
-        return record(retry(self.client.get_run, run_id))
+        return retry(self.tracker.get_run, run_id)
 
     def parent_by_id(self, run_id: str) -> RunRecord | None:
         """A launch's parent by its run id, or by the first characters of it that pages print (at least 6, unique
         among the store's launches); None when no run, or more than one launch, matches."""
         try:
-            return record(retry(self.client.get_run, run_id))
-        except MlflowException as exc:
-            if exc.error_code != "RESOURCE_DOES_NOT_EXIST" and "not found" not in str(exc):
-                raise
+            return retry(self.tracker.get_run, run_id)
+        except RunNotFound:
+            pass
         if len(run_id) < 6:
             return None
         found = [p for p in self.parents(list(self.experiments())) if p.run_id.startswith(run_id)]
@@ -109,39 +88,38 @@ class Store:
                 if whole:
                     yield from read_table(path)
                     return
-        for page in search_pages(self.client, parent.experiment_id, children_filter(parent.run_id), size=STREAM_PAGE):
-            yield from map(record, page)
+        for page in search_pages(self.tracker, parent.experiment_id, children_query(parent.run_id), size=STREAM_PAGE):
+            yield from page
 
     def parent(self, experiment_name: str, spec_hash: str, kind: str | None = None) -> RunRecord | None:
         """The latest parent run of this exact configuration set (of one driver's kind, if given)."""
-        found = find_parent(self.client, experiment_name, spec_hash, kind)
-        return None if found is None else record(found)
+        return find_parent(self.tracker, experiment_name, spec_hash, kind)
 
     def curve(self, run_id: str, key: str) -> list[Point]:
         """Every logged point of one metric, by step."""
-        history = retry(self.client.get_metric_history, run_id, key)
-        return sorted((Point(m.step, m.value, m.timestamp) for m in history), key=lambda p: p.step)
+        return retry(self.tracker.curve, run_id, key)
 
     def artifact_paths(self, run_id: str, path: str | None = None) -> list[str]:
-        return [a.path for a in retry(self.client.list_artifacts, run_id, path)]
+        return retry(self.tracker.artifact_paths, run_id, path)
 
     def download(self, run_id: str, path: str, dst: str | Path) -> Path:
         """One artifact (a file or a folder) of a run, into dst; raises if the run has none by that path."""
-        return Path(self.client.download_artifacts(run_id, path, str(dst)))
+        return self.tracker.download(run_id, path, dst)
 
     # -- the few writes of the layers above (launches write through tracking/parent.py and pack_runs.py) --------
     def log_metric(self, run_id: str, key: str, value: float, timestamp_ms: int | None = None) -> None:
-        retry(self.client.log_metric, run_id, key, value, timestamp=timestamp_ms)
+        now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        retry(self.tracker.log, run_id, [(key, float(value), now, 0)])
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
-        retry(self.client.set_tag, run_id, key, value)
+        retry(self.tracker.log, run_id, tags={key: value})
 
     def log_batch(self, run_id: str, metrics: dict[str, float], params: dict | None = None,
                   tags: dict | None = None, step: int = 0) -> None:
-        """Metrics (at `step`, now), params and tags in as few calls as MLflow's limits allow."""
+        """Metrics (at `step`, now), params and tags in as few calls as the tracker's limits allow."""
         now = int(time.time() * 1000)
-        log_metrics(self.client, run_id, [Metric(k, float(v), now, step) for k, v in metrics.items()], tags=tags,
-                    params=params)
+        retry(self.tracker.log, run_id, [(k, float(v), now, step) for k, v in metrics.items()], clean(params or {}),
+              clean(tags or {}))
 
     def log_artifact(self, run_id: str, local: str | Path, artifact_dir: str) -> None:
-        retry(self.client.log_artifact, run_id, str(local), artifact_dir)
+        retry(self.tracker.log_artifact, run_id, local, artifact_dir)

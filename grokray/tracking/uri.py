@@ -62,8 +62,9 @@ def store_exists(uri: str) -> bool:
     return True
 
 
-SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file")
-ALLOWED = "sqlite:///PATH, postgresql://..., mysql://..., http(s)://HOST[:PORT], file:PATH or a directory"
+SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file", "memory")
+ALLOWED = ("sqlite:///PATH, postgresql://..., mysql://..., http(s)://HOST[:PORT], file:PATH or a directory, or "
+           "the uri of an in-memory store (memory:///PATH, from grokray.tracking.trackers.open_tracker('memory://'))")
 
 
 def writable_dir_problem(path: Path) -> str | None:
@@ -90,6 +91,9 @@ def scheme_problem(uri: str) -> str | None:
         return f"{uri!r} has an unsupported scheme ({scheme or 'none'}); allowed: {ALLOWED}"
     if scheme in ("http", "https") and not parts.hostname:
         return f"{uri!r} names no host; e.g. http://127.0.0.1:5000"
+    if scheme == "memory" and not parts.path.strip("/"):
+        return (f"{uri!r} names no store: an in-memory store lives in the process that opened it; open one with "
+                "grokray.tracking.trackers.open_tracker('memory://') and pass its .uri")
     return None
 
 

@@ -1,0 +1,18 @@
+"""`open_tracker(uri)`: the one place a tracking URI becomes a Tracker (grokray.contracts.Tracker). MLflow serves every
+URI MLflow takes; `memory://` is the in-memory store of tracking/memory.py. A new backend adds its scheme here."""
+
+from __future__ import annotations
+
+from ..contracts import Tracker
+
+
+def open_tracker(uri: str, launch: bool = False) -> Tracker:
+    """The store at `uri`. `launch`: for a launch's writers (whose spool holds what the store does not take): a new
+    SQLite file is made ready first, and a server that is away is given up on in seconds."""
+    if uri.startswith("memory:"):
+        from .memory import open_memory
+
+        return open_memory(uri)
+    from .mlflow_tracker import MlflowTracker
+
+    return MlflowTracker(uri, launch=launch)

@@ -166,10 +166,10 @@ def _train_bare(member_configs: list[dict], chunk: int) -> float:
     import torch
 
     from grokray.engine import make_trainer
-    from grokray.spec import parse_trial
+    from grokray.spec import TrialConfig
 
     torch.set_num_threads(1)
-    trainer = make_trainer([parse_trial(c, written=False) for c in member_configs], device="cpu")
+    trainer = make_trainer([TrialConfig.from_dict(c) for c in member_configs], device="cpu")
     t0 = time.perf_counter()
     while not trainer.run(until=trainer.step + chunk):
         pass

@@ -48,7 +48,22 @@ class TrialConfig:
     seed: int = 0
 
     def to_dict(self) -> dict:
+        """The configuration as plain data: what crosses to a Tune worker, a checkpoint and the tracker."""
         return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> TrialConfig:
+        """The inverse of to_dict: each block typed back (lists to tuples, its own bounds), and no spec rule run
+        again (family defaults, the optim default group, idle fields, model-task checks): they ran when the spec
+        was parsed, and every field is set here. The Tune worker's side of the wire."""
+        def block(registry, data: dict, path: str):
+            return parse_dataclass(registry.get(data["name"]).config_cls,
+                                   {k: v for k, v in data.items() if k != "name"}, path)
+
+        return cls(task=block(TASKS, raw["task"], "task"), model=block(MODELS, raw["model"], "model"),
+                   optim={g: parse_dataclass(OptimConfig, o, f"optim.{g}") for g, o in raw["optim"].items()},
+                   train=parse_dataclass(TrainConfig, raw["train"], "train"),
+                   phases=parse_dataclass(PhaseConfig, raw["phases"], "phases"), seed=int(raw["seed"]))
 
     @property
     def budget_steps(self) -> int:
@@ -102,9 +117,9 @@ def _registered(registry, raw, path):
     return entry, parse_dataclass(entry.config_cls, {k: v for k, v in raw.items() if k != "name"}, path)
 
 
-def parse_trial(raw: dict, written: bool = True) -> TrialConfig:
-    """Resolve one trial config from a plain dict (model family defaults fill unset train/phases fields). written:
-    False for a whole config rebuilt across a process boundary (every field set): idle fields are not looked for."""
+def parse_trial(raw: dict) -> TrialConfig:
+    """Resolve one trial config from what a spec writes (model family defaults fill unset train/phases fields),
+    with every rule checked. A whole config sent across a process boundary is read by TrialConfig.from_dict."""
     if not isinstance(raw, dict):
         raise SpecError("spec", f"expected a mapping, got {raw!r}")
     mistakes = Mistakes()  # the blocks are checked independently: every mistake is reported at once
@@ -129,7 +144,7 @@ def parse_trial(raw: dict, written: bool = True) -> TrialConfig:
             blocks[key] = parse_dataclass(cls, {**defaults.get(key, {}), **(raw.get(key) or {})}, key)
     optim = {}
     with mistakes.check():
-        optim = _parse_optim(raw.get("optim") or {}, model and family_groups(entry.build, model), written)
+        optim = _parse_optim(raw.get("optim") or {}, model and family_groups(entry.build, model))
     with mistakes.check():
         seed = coerce(int, raw.get("seed", 0), "seed", SEED_RANGE)
     with mistakes.check():
@@ -176,7 +191,7 @@ def check_seed_stream(entry, task, train: TrainConfig) -> None:
                         "a modular (split_mode: random), addition or permutation task and no split_seed")
 
 
-def _parse_optim(optim_raw, groups: tuple[str, ...] | None, written: bool = True) -> dict[str, OptimConfig]:
+def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimConfig]:
     """Every group's OptimConfig (`default` filling each); groups None (the model is unknown): the blocks are
     still checked on their own, so their mistakes are reported beside the model's."""
     if not isinstance(optim_raw, dict):
@@ -199,8 +214,7 @@ def _parse_optim(optim_raw, groups: tuple[str, ...] | None, written: bool = True
                 raise SpecError(f"optim.{g}", f"expected a mapping of optimizer settings, got {block!r}")
             merged = {**(shared if isinstance(shared, dict) else {}), **block}
             optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
-            if written:
-                optim[g].check_idle(merged, block, g, fields_read_by_kind())
+            optim[g].check_idle(merged, block, g, fields_read_by_kind())
     mistakes.raise_any()
     return optim
 

@@ -30,7 +30,7 @@ def test_smoke_plan_covers_every_configuration_once():
 
 
 def test_explicit_pack_size_and_param_space_round_trip():
-    from grokray.spec import parse_trial
+    from grokray.spec import TrialConfig
 
     spec = load_spec(QUICKSTART, ["resources.pack_size=3"], scale="smoke")
     plan = expand(spec, slots=2)
@@ -39,7 +39,7 @@ def test_explicit_pack_size_and_param_space_round_trip():
     grid = plan.pack_dicts()
     assert [g["pack_id"] for g in grid] == [p.pack_id for p in plan.packs]
     member = grid[0]["members"][0]
-    assert parse_trial(member["config"], written=False).key() == member["key"] == plan.packs[0].members[0].key
+    assert TrialConfig.from_dict(member["config"]).key() == member["key"] == plan.packs[0].members[0].key
     assert member["name"] == f"lr=1e-4 wd=0 seed={spec.seeds[0]}"
     yaml.safe_dump(grid)  # plain data only: Tune stores it, workers rebuild configs from it
 
@@ -130,14 +130,14 @@ def test_tune_stores_a_pack_as_its_base_and_each_members_diff_and_the_worker_get
     import json
 
     from grokray.plan.wire import compact_pack, full_pack
-    from grokray.spec import parse_trial
+    from grokray.spec import TrialConfig
 
     spec = load_spec(QUICKSTART, ["resources.pack_size=10"])
     plan = expand(spec, slots=2)
     for pack, wire in zip(plan.pack_dicts(), (compact_pack(p) for p in plan.pack_dicts()), strict=True):
         back = full_pack(json.loads(json.dumps(wire)))  # what a worker receives: plain data
         assert back == json.loads(json.dumps(pack))
-        keys = [parse_trial(m["config"], written=False).key() for m in back["members"]]  # as the worker parses them
+        keys = [TrialConfig.from_dict(m["config"]).key() for m in back["members"]]  # as the worker parses them
         assert keys == [m["key"] for m in pack["members"]]
         per_member = (len(json.dumps(wire)) - len(json.dumps(wire["base"]))) / len(wire["members"])
         assert per_member < 300 < len(json.dumps(pack)) / len(pack["members"]) / 3
@@ -178,3 +178,16 @@ def test_run_names_and_axes_write_a_number_the_same_way():
     assert [format_value(v, True) for v in (1e-4, 3.1623e-4, 1e-2, 9.996e-4)] == ["1e-4", "3.16e-4", "1e-2", "1e-3"]
     assert [format_value(v) for v in (0.25, 5.0, 7, 2000.0, 123.456, 150000, 0.0)] == [
         "0.25", "5", "7", "2000", "123", "1.5e5", "0"]
+
+
+@pytest.mark.parametrize("stem", sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml")))
+def test_a_configuration_crosses_to_the_worker_as_its_own_data(stem):
+    """Issue 62: a Tune worker rebuilds each configuration from its to_dict() (TrialConfig.from_dict), not by
+    parsing a spec again; the round trip gives back the very configuration (every block, its tuples, its key)."""
+    from grokray.spec import TrialConfig
+
+    spec = load_spec(ROOT / "sweeps" / f"{stem}.yaml")
+    for index in sorted({0, spec.point_count() - 1}):
+        trial = spec.trial(spec.point(index))
+        back = TrialConfig.from_dict(trial.to_dict())
+        assert back == trial and back.key() == trial.key() and type(back.model) is type(trial.model)

@@ -3,7 +3,8 @@ what allocates (the memory check and `pack_size: auto`'s probe) is engine.sizing
 
 A *pack* is a list of configurations with one `engine.pack_signature` that one Tune trial trains at once.
 Each trial receives its pack as plain dicts (`Plan.pack_dicts`) and rebuilds the configurations with
-`spec.parse_trial`, so a trial is self-contained: restoring an experiment needs no spec file.
+`spec.TrialConfig.from_dict` (no spec rule runs again), so a trial is self-contained: restoring an experiment needs
+no spec file.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
 from ..phases import counted_phase
 from ..search.objective import report_metrics
-from ..spec import device_for, parse_trial
+from ..spec import TrialConfig, device_for
 from ..tracking.pack_runs import PackTracker
 from ..user_code import add_code_paths
 from .context import TrialContext
@@ -184,7 +184,7 @@ def train_pack(config: dict) -> None:
     started = time.perf_counter()
     pack, ctx = load_pack(config["pack"]), TrialContext.from_dict(config["grokray"])
     add_code_paths(ctx.code_paths)  # the user's families and tasks import here as on the driver
-    configs = [parse_trial(m["config"], written=False) for m in pack["members"]]
+    configs = [TrialConfig.from_dict(m["config"]) for m in pack["members"]]
     trainer, device, placement, set_aside = pack_trainer(pack, ctx, configs)
     restored_from = trainer.step
 

@@ -166,7 +166,7 @@ def _train_bare(member_configs: list[dict], chunk: int) -> float:
     import torch
 
     from grokray.engine import make_trainer
-    from grokray.spec import TrialConfig
+    from grokray.trial import TrialConfig
 
     torch.set_num_threads(1)
     trainer = make_trainer([TrialConfig.from_dict(c) for c in member_configs], device="cpu")

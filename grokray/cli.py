@@ -150,8 +150,9 @@ def _run(args) -> int:
 
 def _replay(args) -> int:
     from .run.replay import replay
+    from .search.launch.record import link_after_replay  # the search's own step of a replay: its trials linked
 
-    return replay(args.dir, args.tracking_uri, args.wait)
+    return replay(args.dir, args.tracking_uri, args.wait, link_after_replay)
 
 
 def _search(args) -> int:
@@ -168,7 +169,7 @@ def _search(args) -> int:
 
         resume_line(spec, cfg, resolve_storage(args.storage))
 
-    from .run.search import run_search
+    from .search.launch.driver import run_search
     from .terminal import search_report
 
     summary = run_search(spec, _launch_options(args), n_trials=args.n_trials)

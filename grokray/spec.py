@@ -1,8 +1,8 @@
 """The YAML spec: load safely, apply overrides, validate everything, expand the sweep into trial configs.
 
-A *trial config* is one fully resolved configuration (task, model, optim groups, train, phases, seed). A *spec* is
-a base trial config plus sweep axes, seeds, resources and presets. Every point of the sweep is parsed here, so a
-typo anywhere fails before any trial starts."""
+A *trial config* (grokray/trial.py) is one fully resolved configuration (task, model, optim groups, train, phases,
+seed). A *spec* is a base trial config plus sweep axes, seeds, resources and presets. Every point of the sweep is
+parsed here, so a typo anywhere fails before any trial starts."""
 
 from __future__ import annotations
 
@@ -12,16 +12,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import yaml
 
-from .config import OptimConfig, PhaseConfig, TrainConfig, bounded, coerce, parse_dataclass, to_dict, unknown_key_error
-from .contracts import family_groups
+from .config import bounded, coerce, parse_dataclass, unknown_key_error
 from .errors import Mistakes, SpecError
-from .models import MODELS
-from .optim.kinds import fields_read_by_kind
 from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
 from .spec_file import read_yaml
 from .spec_keys import (
@@ -35,45 +32,7 @@ from .spec_keys import (
     UNHASHED_KEYS,
 )
 from .spec_rules import check_distinct, check_name
-from .tasks import TASKS
-
-
-@dataclass
-class TrialConfig:
-    task: Any
-    model: Any
-    optim: dict[str, OptimConfig]
-    train: TrainConfig
-    phases: PhaseConfig
-    seed: int = 0
-
-    def to_dict(self) -> dict:
-        """The configuration as plain data: what crosses to a Tune worker, a checkpoint and the tracker."""
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, raw: dict) -> TrialConfig:
-        """The inverse of to_dict: each block typed back (lists to tuples, its own bounds), and no spec rule run
-        again (family defaults, the optim default group, idle fields, model-task checks): they ran when the spec
-        was parsed, and every field is set here. The Tune worker's side of the wire."""
-        def block(registry, data: dict, path: str):
-            return parse_dataclass(registry.get(data["name"]).config_cls,
-                                   {k: v for k, v in data.items() if k != "name"}, path)
-
-        return cls(task=block(TASKS, raw["task"], "task"), model=block(MODELS, raw["model"], "model"),
-                   optim={g: parse_dataclass(OptimConfig, o, f"optim.{g}") for g, o in raw["optim"].items()},
-                   train=parse_dataclass(TrainConfig, raw["train"], "train"),
-                   phases=parse_dataclass(PhaseConfig, raw["phases"], "phases"), seed=int(raw["seed"]))
-
-    @property
-    def budget_steps(self) -> int:
-        """Steps (RFM: iterations) this configuration trains at most: its train.steps, cut at phases.budget."""
-        return min(self.train.steps, self.phases.budget)
-
-    def key(self) -> str:
-        """Stable identity of the configuration: what a retried or resumed trial is found by."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+from .trial import TrialConfig, parse_trial
 
 
 @dataclass
@@ -103,120 +62,6 @@ class ArtifactsConfig:
     Finished members then stay in their pack's stacked tensors until the pack ends (no compaction)."""
 
     final_state: bool = False
-
-
-def _registered(registry, raw, path):
-    if not isinstance(raw, dict):
-        raise SpecError(path, f"expected a mapping with a 'name' ({', '.join(registry.names())}), got {raw!r}")
-    if "name" not in raw:
-        raise SpecError(f"{path}.name", f"missing; allowed: {', '.join(registry.names())}")
-    if not isinstance(raw["name"], str):
-        allowed = ", ".join(registry.names())
-        raise SpecError(f"{path}.name", f"expected a string, got {raw['name']!r}; allowed: {allowed}")
-    entry = registry.get(raw["name"])
-    return entry, parse_dataclass(entry.config_cls, {k: v for k, v in raw.items() if k != "name"}, path)
-
-
-def parse_trial(raw: dict) -> TrialConfig:
-    """Resolve one trial config from what a spec writes (model family defaults fill unset train/phases fields),
-    with every rule checked. A whole config sent across a process boundary is read by TrialConfig.from_dict."""
-    if not isinstance(raw, dict):
-        raise SpecError("spec", f"expected a mapping, got {raw!r}")
-    mistakes = Mistakes()  # the blocks are checked independently: every mistake is reported at once
-    for key in [k for k in raw if k not in TRIAL_KEYS]:
-        with mistakes.check():
-            raise unknown_key_error("", key, TRIAL_KEYS)
-    for key in ("task", "model"):
-        with mistakes.check():
-            if key not in raw:
-                raise SpecError(key, f"missing; a spec needs a {key} with a name")
-    task = model = entry = None
-    with mistakes.check():
-        _, task = _registered(TASKS, raw.get("task"), "task") if "task" in raw else (None, None)
-    with mistakes.check():
-        entry, model = _registered(MODELS, raw.get("model"), "model") if "model" in raw else (None, None)
-    defaults = entry.build.defaults if entry is not None else {}
-    blocks = {}
-    for key, cls in (("train", TrainConfig), ("phases", PhaseConfig)):
-        with mistakes.check():
-            if not isinstance(raw.get(key) or {}, dict):
-                raise SpecError(key, f"expected a mapping of {key} settings, got {raw[key]!r}")
-            blocks[key] = parse_dataclass(cls, {**defaults.get(key, {}), **(raw.get(key) or {})}, key)
-    optim = {}
-    with mistakes.check():
-        optim = _parse_optim(raw.get("optim") or {}, model and family_groups(entry.build, model))
-    with mistakes.check():
-        seed = coerce(int, raw.get("seed", 0), "seed", SEED_RANGE)
-    with mistakes.check():
-        if model is not None and task is not None:
-            entry.build.check_task(model, task, "model")
-    with mistakes.check():
-        if model is not None and "train" in blocks:
-            check_degrok(entry, model, task, blocks["train"], optim)
-    with mistakes.check():
-        if model is not None and task is not None and "train" in blocks:
-            check_seed_stream(entry, task, blocks["train"])
-    mistakes.raise_any()
-    return TrialConfig(task=task, model=model, optim=optim, train=blocks["train"], phases=blocks["phases"], seed=seed)
-
-
-def check_degrok(entry, model, task, train: TrainConfig, optim: dict[str, OptimConfig]) -> None:
-    """The de-grokking fields need what they act on: a cross-entropy for stablemax, gradients for the rest."""
-    name = model.registry_name
-    if train.softmax == "stablemax" and not getattr(entry.build, "cross_entropy", lambda m, t: False)(model, task):
-        raise SpecError("train.softmax", f"stablemax replaces the softmax of a cross-entropy loss, and model {name!r} "
-                        "as configured has none; allowed with: transformer, toy or quadratic with head: "
-                        "classification, mlp with loss: cross_entropy")
-    if train.loss_dtype == "float64" and not getattr(entry.build, "cross_entropy", lambda m, t: False)(model, task):
-        raise SpecError("train.loss_dtype", f"float64 computes a cross-entropy in float64, and model {name!r} as "
-                        "configured has none; allowed: model")
-    if getattr(entry.build, "trainer", "pack") != "pack":
-        if train.weight_norm != "free":
-            raise SpecError("train.weight_norm", f"model {name!r} has no weights to hold; allowed: free")
-        for group, cfg in optim.items():
-            if cfg.grad_filter != "none" or cfg.orthogonal:
-                raise SpecError(f"optim.{group}", f"model {name!r} is not trained by gradients; grad_filter and "
-                                "orthogonal do not apply")
-
-
-def check_seed_stream(entry, task, train: TrainConfig) -> None:
-    """train.seed_stream: script continues the init's generator into the split, so it needs a model trained by the
-    pack (which draws an init) and a split drawn at random from the trial's seed."""
-    if train.seed_stream == "script" and getattr(entry.build, "trainer", "pack") != "pack":
-        raise SpecError("train.seed_stream", f"got 'script' with model {entry.name!r}, which draws no initial "
-                        "weights to continue from; allowed: per_purpose")
-    if train.seed_stream == "script" and not getattr(task, "splits_from_the_seed", False):
-        raise SpecError("train.seed_stream", f"got 'script' with task {task.registry_name!r} as configured, whose "
-                        "split is not one random draw from the trial's seed; allowed: per_purpose, or script with "
-                        "a modular (split_mode: random), addition or permutation task and no split_seed")
-
-
-def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimConfig]:
-    """Every group's OptimConfig (`default` filling each); groups None (the model is unknown): the blocks are
-    still checked on their own, so their mistakes are reported beside the model's."""
-    if not isinstance(optim_raw, dict):
-        raise SpecError("optim", f"expected a mapping of parameter groups, got {optim_raw!r}")
-    mistakes = Mistakes()
-    for key in optim_raw:
-        with mistakes.check():
-            if groups is not None and key != "default" and key not in groups:
-                raise unknown_key_error("optim", key, ("default", *groups))
-    shared = optim_raw.get("default") or {}
-    with mistakes.check():
-        parse_dataclass(OptimConfig, shared, "optim.default")  # so a mistake there is reported there (once)
-    if mistakes:
-        shared = {}
-    optim = {}
-    for g in groups if groups is not None else [k for k in optim_raw if k != "default"]:
-        with mistakes.check():
-            block = optim_raw.get(g) or {}
-            if not isinstance(block, dict):
-                raise SpecError(f"optim.{g}", f"expected a mapping of optimizer settings, got {block!r}")
-            merged = {**(shared if isinstance(shared, dict) else {}), **block}
-            optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
-            optim[g].check_idle(merged, block, g, fields_read_by_kind())
-    mistakes.raise_any()
-    return optim
 
 
 def axis_values(path: str, axis) -> list:

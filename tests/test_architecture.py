@@ -19,10 +19,13 @@ RANKS = {
     "grokray.spec_keys": 0, "grokray.user_code": 0.5, "grokray.config": 1,
     "grokray.spec_rules": 0.5,
     "grokray.registry": 1, "grokray.capture": 1, "grokray.spec_file": 1, "grokray.overrides": 2,
-    "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3, "grokray.models": 4, "grokray.spec": 5,
+    "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3, "grokray.models": 4, "grokray.trial": 4.5,
+    "grokray.spec": 5,
     "grokray.engine": 6,
     "grokray.tracking": 3,  # the ground floor of the driver side: only errors, config and the phase rules below it
     "grokray.plan": 7, "grokray.search": 8, "analysis": 8, "grokray.run": 9, "grokray.atlas": 10,
+    # the search's driver floor, in its own package but above the launch layer it drives
+    "grokray.search.launch": 9.5,
     "grokray.terminal": 10, "grokray.ui": 10, "grokray.supervisor": 10, "grokray.cli_parser": 11, "grokray.cli": 12,
     "grokray": 12,
     "grokray.__main__": 13,
@@ -32,13 +35,12 @@ CORE = ("grokray.errors", "grokray.contracts", "grokray.numbers",
         "grokray.config",
         "grokray.registry",
         "grokray.capture", "grokray.spec_file", "grokray.overrides", "grokray.phases",
-        "grokray.tasks", "grokray.optim", "grokray.models", "grokray.spec", "grokray.engine")
+        "grokray.tasks", "grokray.optim", "grokray.models", "grokray.trial", "grokray.spec", "grokray.engine")
 PURE = (*CORE, "grokray.plan", "grokray.tracking.schema")  # no Ray, MLflow or Optuna
 # Function-level imports of grokray or analysis modules, each with its reason.
 LAZY_ALLOWED = {
     "grokray.cli": "each command imports only what it runs: `grokray train` never loads Ray or MLflow, and "
                    "`--help` answers at once",
-    "grokray.run.replay": "Optuna loads only for a search's spool, which links its trials after the replay",
     "grokray.run.report": "the closing figures load matplotlib when a launch ends, not before its first trial",
     "analysis.load": "`import analysis` stays light: the store (and MLflow under it) loads when runs are read",
     "grokray.tracking.history": "the tracker (MLflow, through tracking.trackers) loads only when a store is there "

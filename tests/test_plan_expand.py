@@ -30,7 +30,7 @@ def test_smoke_plan_covers_every_configuration_once():
 
 
 def test_explicit_pack_size_and_param_space_round_trip():
-    from grokray.spec import TrialConfig
+    from grokray.trial import TrialConfig
 
     spec = load_spec(QUICKSTART, ["resources.pack_size=3"], scale="smoke")
     plan = expand(spec, slots=2)
@@ -130,7 +130,7 @@ def test_tune_stores_a_pack_as_its_base_and_each_members_diff_and_the_worker_get
     import json
 
     from grokray.plan.wire import compact_pack, full_pack
-    from grokray.spec import TrialConfig
+    from grokray.trial import TrialConfig
 
     spec = load_spec(QUICKSTART, ["resources.pack_size=10"])
     plan = expand(spec, slots=2)
@@ -184,7 +184,7 @@ def test_run_names_and_axes_write_a_number_the_same_way():
 def test_a_configuration_crosses_to_the_worker_as_its_own_data(stem):
     """Issue 62: a Tune worker rebuilds each configuration from its to_dict() (TrialConfig.from_dict), not by
     parsing a spec again; the round trip gives back the very configuration (every block, its tuples, its key)."""
-    from grokray.spec import TrialConfig
+    from grokray.trial import TrialConfig
 
     spec = load_spec(ROOT / "sweeps" / f"{stem}.yaml")
     for index in sorted({0, spec.point_count() - 1}):

@@ -103,7 +103,7 @@ def check_study(storage_dir: Path, runs, spec, own_link: bool):
 def launch(kind: str, spec, uri: str, tmp_path, **kw):
     from grokray.run.adaptive import run_adaptive
     from grokray.run.options import LaunchOptions
-    from grokray.run.search import run_search
+    from grokray.search.launch.driver import run_search
 
     options = LaunchOptions(tracking_uri=uri, storage=str(tmp_path / "results"), checkpoint_every=50,
                             min_report_s=1.0, progress="never", max_concurrent=2, **kw)

@@ -117,8 +117,8 @@ def test_an_adaptive_round_starts_during_an_outage(local_ray, tmp_path, server):
 
 def test_after_a_replay_every_search_trial_has_its_run(local_ray, tmp_path, server):
     from grokray.cli import main
-    from grokray.run.search import run_search
     from grokray.search.config import parse_search
+    from grokray.search.launch.driver import run_search
     from grokray.search.study import trial_run_ids
 
     spec = load_spec(DEGROK, search_overrides(600), scale="smoke")

@@ -18,7 +18,7 @@ TOY = ROOT / "sweeps" / "degrok_toy.yaml"
 
 def _search(tmp_path, spec, n_trials=None, **kw):
     from grokray.run.options import LaunchOptions
-    from grokray.run.search import run_search
+    from grokray.search.launch.driver import run_search
 
     options = LaunchOptions(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", storage=str(tmp_path / "results"), **kw)
     return run_search(spec, options, n_trials=n_trials)

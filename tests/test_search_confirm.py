@@ -76,7 +76,7 @@ def test_ties_are_overlapping_intervals_and_a_penalty_is_never_a_place():
 def test_a_fresh_seed_is_matched_to_its_setting_through_the_groups_optim_default_names():
     """optim.default.<field> is logged per group (optim.decoder.lr, optim.embedding.lr): the published Grokfast
     specs search optim.default.* and their stage's rows were empty before this."""
-    from grokray.run.confirm import seed_rows
+    from grokray.search.launch.confirmation import seed_rows
     from grokray.tracking.records import RunRecord
 
     cfg = parse_search(load_spec(ROOT / "sweeps" / "grokfast_adamw.yaml", scale="smoke"))
@@ -110,7 +110,7 @@ def _rows(client, run_id, tmp_path) -> list[dict]:
 
 @pytest.mark.library  # 32 s: make library (the default suite ran 16.7 min, 2026-11-29)
 def test_the_stage_reruns_the_best_settings_at_fresh_seeds_and_records_them_on_the_search(local_ray, tmp_path):
-    from grokray.run.search import run_search
+    from grokray.search.launch.driver import run_search
 
     spec = load_spec(TOY, STAGE, scale="smoke")
     summary = run_search(spec, _options(tmp_path))

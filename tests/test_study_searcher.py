@@ -7,8 +7,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from grokray.run.study_searcher import StudySearcher
 from grokray.search.config import parse_search
+from grokray.search.launch.searcher import StudySearcher
 from grokray.spec import load_spec
 
 DEGROK = Path(__file__).resolve().parents[1] / "sweeps" / "degrok_toy.yaml"

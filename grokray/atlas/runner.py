@@ -20,8 +20,8 @@ from ..plan.expand import expand
 from ..run.adaptive import run_adaptive
 from ..run.grid import run_sweep
 from ..run.options import LaunchOptions
-from ..run.search import run_search
 from ..search.config import parse_search, search_plan
+from ..search.launch.driver import run_search
 from ..tracking.history import measured_budget_use
 from ..tracking.records import RunStatus
 from ..tracking.schema import (

@@ -3,8 +3,8 @@ what allocates (the memory check and `pack_size: auto`'s probe) is engine.sizing
 
 A *pack* is a list of configurations with one `engine.pack_signature` that one Tune trial trains at once.
 Each trial receives its pack as plain dicts (`Plan.pack_dicts`) and rebuilds the configurations with
-`spec.TrialConfig.from_dict` (no spec rule runs again), so a trial is self-contained: restoring an experiment needs
-no spec file.
+`trial.TrialConfig.from_dict` (no spec rule runs again), so a trial is self-contained: restoring an experiment
+needs no spec file.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from ..engine import max_pack_size, pack_signature
 from ..engine.sizing import build_within_probe, fitted_pack_size, local_gpu_free_bytes
 from ..errors import SpecError
 from ..numbers import short_number
-from ..spec import Spec, TrialConfig
+from ..spec import Spec
+from ..trial import TrialConfig
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
 

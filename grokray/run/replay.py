@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from ..errors import SpecError
-from ..search.study import LINK_FILE
 from ..tracking.client import existing_store
 from ..tracking.delivery import pending_points, replay_dir, spool_files
 from ..tracking.drivers import left_by_dead_driver
@@ -18,9 +17,11 @@ from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem
 from .complete import complete_launch
 
 
-def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
+def replay(spool_dir: str, tracking_uri: str | None, wait_s: float, link_trials=None) -> int:
     """Deliver, complete the launch's record (run/complete.py), print what went, and return the exit code
-    (3: batches are still undelivered)."""
+    (3: batches are still undelivered). `link_trials(spool_dir, uri)`: once all is delivered, a search's trials
+    linked to the runs the replay made (how many; None for a spool that is not a search's), given by the caller
+    so that this layer knows nothing of the search."""
     uri = resolve_tracking_uri(tracking_uri)
     if not (math.isfinite(wait_s) and wait_s >= 0):
         raise SpecError("--wait", f"got {wait_s}; must be a finite number of seconds >= 0")
@@ -41,10 +42,8 @@ def replay(spool_dir: str, tracking_uri: str | None, wait_s: float) -> int:
     batches, points = pending_points(spool_dir)
     sent, sent_points, left = replay_dir(spool_dir, open_tracker(uri), deadline_s=wait_s)
     print(f"replayed {sent} of {batches} batches ({sent_points} of {points} metric points) to {uri}")
-    if not left and (Path(spool_dir) / LINK_FILE).is_file():
-        from .search_record import link_after_replay  # Optuna only for a search's spool
-
-        print(f"linked {link_after_replay(spool_dir, uri)} search trials to the runs the replay made")
+    if not left and link_trials is not None and (linked := link_trials(spool_dir, uri)) is not None:
+        print(f"linked {linked} search trials to the runs the replay made")
     if left:
         print(f"grokray: {left} batches still undelivered in {spool_dir}; is {uri} up? run this again",
               file=sys.stderr)

@@ -24,8 +24,9 @@ from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
 from ..phases import counted_phase
 from ..search.objective import report_metrics
-from ..spec import TrialConfig, device_for
+from ..spec import device_for
 from ..tracking.pack_runs import PackTracker
+from ..trial import TrialConfig
 from ..user_code import add_code_paths
 from .context import TrialContext
 from .pack_files import load_pack

@@ -1,8 +1,11 @@
-"""Optuna adapter: `grokray search` looks for the settings that remove the grokking delay ("de-grokking").
+"""`grokray search`, the whole of it: the settings that remove the grokking delay ("de-grokking").
 
-config (the spec's search: block) and objective (the pure objective functions) import neither Optuna nor Ray;
-study (storage, sampler, resume, recovery) and artifacts (the parent run's report) import Optuna, not Ray. The
-driver that runs the study inside Ray Tune is `grokray.run.search`.
+Two floors in one package. Below run/: config (the spec's search: block), objective (the pure objective functions)
+and confirm (the confirmation's rules) import neither Optuna nor Ray; sampler, study (storage, resume, recovery)
+and artifacts (the parent run's report) import Optuna, not Ray. Above run/, driving a Launch: the subpackage
+launch/ (driver: `grokray search`; searcher: Tune's Searcher over the study, the Ray-facing file; record: the
+study's report, trial links and finished parent in the store; confirmation: the fresh-seed launch).
+Importing this package loads the lower floor's pure modules only.
 """
 
 from .config import Dist, SearchConfig, parse_search

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import optuna
 
-from ..search.artifacts import log_parent_results
-from ..search.config import SearchConfig, parse_search
-from ..search.study import LINK_FILE, launch_of, link_trial_runs, storage_at
-from ..tracking.client import StoreAway
-from ..tracking.parent import ParentRun
-from ..tracking.records import RunStatus
-from ..tracking.schema import SEARCH_PRUNED_TAG, TRIAL_KEY_TAG
-from ..tracking.store import Store
-from .complete import stored_spec
+from ...run.complete import stored_spec
+from ...tracking.client import StoreAway
+from ...tracking.parent import ParentRun
+from ...tracking.records import RunStatus
+from ...tracking.schema import SEARCH_PRUNED_TAG, TRIAL_KEY_TAG
+from ...tracking.store import Store
+from ..artifacts import log_parent_results
+from ..config import SearchConfig, parse_search
+from ..study import LINK_FILE, launch_of, link_trial_runs, storage_at
 
 
 def leave_link(spool_dir: str, storage_label: str, study: str, experiment: str, launch_key: str) -> None:
@@ -36,11 +36,12 @@ def link_runs(parent, study) -> int:
     return link_trial_runs(study, {r.tags.get(TRIAL_KEY_TAG): r.run_id for r in children})
 
 
-def link_after_replay(spool_dir: str, uri: str) -> int:
-    """`grokray replay` of a search's spool: the trials whose runs the replay made are linked to them."""
+def link_after_replay(spool_dir: str, uri: str) -> int | None:
+    """`grokray replay` of a search's spool: the trials whose runs the replay made are linked to them (how many);
+    None for a spool that is not a search's."""
     path = Path(spool_dir, LINK_FILE)
     if not path.is_file():
-        return 0
+        return None
     where = json.loads(path.read_text())
     study = optuna.load_study(study_name=where["study"], storage=storage_at(where["storage"]))
     parent = ParentRun(uri, where["experiment"], "")

@@ -18,11 +18,17 @@ import optuna
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
-from ..errors import LaunchFinished, SpecError
-from ..plan.expand import check_budget, check_fits
-from ..search.config import SearchConfig, parse_search, trial_config, trial_configs
-from ..search.sampler import make_sampler
-from ..search.study import (
+from ...errors import LaunchFinished, SpecError
+from ...plan.expand import check_budget, check_fits
+from ...run.cluster import check_gpu_request, resolve_storage
+from ...run.launch import Launch
+from ...run.options import LaunchOptions, LaunchSummary
+from ...spec import Spec
+from ...tracking.records import RunStatus
+from ...tracking.uri import resolve_tracking_uri
+from ..config import SearchConfig, parse_search, trial_config, trial_configs
+from ..sampler import make_sampler
+from ..study import (
     attach_launch,
     best_trials,
     counted,
@@ -35,15 +41,9 @@ from ..search.study import (
     parent_tags,
     recover_interrupted,
 )
-from ..spec import Spec
-from ..tracking.records import RunStatus
-from ..tracking.uri import resolve_tracking_uri
-from .cluster import check_gpu_request, resolve_storage
-from .confirm import confirmation_pending, run_confirmation
-from .launch import Launch
-from .options import LaunchOptions, LaunchSummary
-from .search_record import end_pruned, finished_parent, leave_link, link_runs, report_study
-from .study_searcher import StudySearcher
+from .confirmation import confirmation_pending, run_confirmation
+from .record import end_pruned, finished_parent, leave_link, link_runs, report_study
+from .searcher import StudySearcher
 
 
 @dataclass

@@ -19,17 +19,17 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from ..errors import LaunchFinished
-from ..phases import crossing_metrics
-from ..search.config import SearchConfig, parse_search
-from ..search.confirm import CONFIRM_ARTIFACT_DIR, CONFIRM_FILE, ROW_COLUMNS, confirmed_best, top_settings
-from ..search.objective import OBJECTIVE_FNS
-from ..search.study import open_storage
-from ..spec import Spec, build_spec
-from ..tracking.schema import CONFIRM_PENDING, CONFIRM_TAG, PHASE_TAG
-from ..tracking.store import Store
-from .cluster import resolve_storage
-from .options import LaunchOptions
+from ...errors import LaunchFinished
+from ...phases import crossing_metrics
+from ...run.cluster import resolve_storage
+from ...run.options import LaunchOptions
+from ...spec import Spec, build_spec
+from ...tracking.schema import CONFIRM_PENDING, CONFIRM_TAG, PHASE_TAG
+from ...tracking.store import Store
+from ..config import SearchConfig, parse_search
+from ..confirm import CONFIRM_ARTIFACT_DIR, CONFIRM_FILE, ROW_COLUMNS, confirmed_best, top_settings
+from ..objective import OBJECTIVE_FNS
+from ..study import open_storage
 
 
 def confirmation_spec(spec: Spec, cfg: SearchConfig, settings: list[dict]) -> Spec:

@@ -109,22 +109,19 @@ def child(spec, i: int, parent: str) -> tuple[dict, dict, dict]:
 
 def fill(uri: str, n: int) -> str:
     """A parent and n finished children, each as a launch of bench_scale's spec logs it."""
-    from mlflow.entities import Metric, Param
-    from mlflow.tracking import MlflowClient
-
     from grokray.tracking.records import RunStatus
     from grokray.tracking.schema import PARENT, ROLE_TAG
+    from grokray.tracking.trackers import open_tracker
 
     spec = bench_spec(n)
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("close") or client.get_experiment(client.create_experiment("close"))
-    parent = client.create_run(exp.experiment_id, tags={ROLE_TAG: PARENT}).info.run_id
+    tracker = open_tracker(uri)
+    exp_id = tracker.ensure_experiment("close")
+    parent = tracker.create_run(exp_id, "close", {ROLE_TAG: PARENT}, None)
     for i in range(n):
         tags, params, metrics = child(spec, i, parent)
-        run = client.create_run(exp.experiment_id, tags=tags).info.run_id
-        client.log_batch(run, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
-                         params=[Param(k, v) for k, v in params.items()])
-        client.set_terminated(run, RunStatus.FINISHED)
+        run = tracker.create_run(exp_id, f"run-{i}", tags, None)
+        tracker.log(run, [(k, v, 0, 0) for k, v in metrics.items()], params)
+        tracker.set_status(run, RunStatus.FINISHED)
     return parent
 
 
@@ -161,25 +158,24 @@ def table_only(uri: str, n: int, work: Path) -> str:
     For N too large to fill the store run by run (10^5 at 20 ms a run is 35 minutes)."""
     import gzip
 
-    from mlflow.tracking import MlflowClient
-
     from grokray.tracking.records import RunRecord, RunStatus, record_line
     from grokray.tracking.schema import PARENT, ROLE_TAG, RUNS_SUMMARY_ARTIFACT, RUNS_SUMMARY_TAG
+    from grokray.tracking.trackers import open_tracker
 
     spec = bench_spec(n)
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("close") or client.get_experiment(client.create_experiment("close"))
-    parent = client.create_run(exp.experiment_id, tags={ROLE_TAG: PARENT}).info.run_id
+    tracker = open_tracker(uri)
+    exp_id = tracker.ensure_experiment("close")
+    parent = tracker.create_run(exp_id, "close", {ROLE_TAG: PARENT}, None)
     path = work / f"table-{n}" / Path(RUNS_SUMMARY_ARTIFACT).name
     path.parent.mkdir(parents=True)
     with gzip.open(path, "wt", compresslevel=6) as out:
         for i in range(n):
             tags, params, metrics = child(spec, i, parent)
-            out.write(record_line(RunRecord(f"{i:032x}", f"run-{i}", exp.experiment_id, RunStatus.FINISHED, 0, 1,
+            out.write(record_line(RunRecord(f"{i:032x}", f"run-{i}", exp_id, RunStatus.FINISHED, 0, 1,
                                             params, tags, metrics)))
-    client.log_artifact(parent, str(path), str(Path(RUNS_SUMMARY_ARTIFACT).parent))
-    client.set_tag(parent, RUNS_SUMMARY_TAG, str(n))
-    client.set_terminated(parent, RunStatus.FINISHED)
+    tracker.log_artifact(parent, path, str(Path(RUNS_SUMMARY_ARTIFACT).parent))
+    tracker.log(parent, tags={RUNS_SUMMARY_TAG: str(n)})
+    tracker.set_status(parent, RunStatus.FINISHED)
     return parent
 
 

@@ -264,14 +264,14 @@ def prefill(pg, uri: str, runs: int) -> float:
     25.5 M points at 8·10^4 runs): the launches then measure what a store of that size costs them, in minutes
     instead of the hours a 10^5 launch takes. Returns the seconds it took."""
     import psycopg
-    from mlflow.tracking import MlflowClient
 
     from grokray.tracking.schema import PARENT_ID_TAG
+    from grokray.tracking.trackers import open_tracker
 
     t0 = time.time()
-    client = MlflowClient(uri)
-    experiment = client.create_experiment("prefill")
-    parent = client.create_run(experiment).info.run_id
+    tracker = open_tracker(uri)
+    experiment = tracker.ensure_experiment("prefill")
+    parent = tracker.create_run(experiment, "prefill", {}, None)
     with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="mlflow") as con:
         sql = PREFILL_SQL.format(runs=runs, experiment=experiment, parent=parent, parent_tag=PARENT_ID_TAG)
         for statement in sql.split(";"):

@@ -26,7 +26,7 @@ import time
 from grokray.tracking.local_servers import GUNICORN_OPTS, LocalPostgres, MlflowServer
 from grokray.tracking.pack_runs import SERVER_CONCURRENCY
 from grokray.tracking.records import RunStatus
-from grokray.tracking.schema import CONFIGURATION, ROLE_TAG, tags_filter
+from grokray.tracking.schema import CONFIGURATION, ROLE_TAG
 
 SERIES = ("train/loss", "train/acc", "val/loss", "val/acc", "weight_norm")
 
@@ -37,6 +37,7 @@ class SyntheticResult:
     def __init__(self, steps):
         self.curve = {"step": steps, **{k: [0.5 + 1e-4 * s for s in steps] for k in SERIES}}
         self.phase, self.steps_run = "grokking", steps[-1] if steps else 0
+        self.ideal_val_acc = None  # no decodability measured (a real result of a model without it)
 
     def summary(self, threshold):
         return {"step_train_acc_0.9": 10.0, "step_val_acc_0.9": 900.0, "grokking_gap": 890.0,
@@ -53,10 +54,10 @@ def writer(args) -> dict:
     latencies = []
     real = delivery.deliver
 
-    def timed(client, batch, dedup, **kw):
+    def timed(tracker, batch, dedup, **kw):
         t0 = time.perf_counter()
         try:
-            return real(client, batch, dedup, **kw)
+            return real(tracker, batch, dedup, **kw)
         finally:
             latencies.append(time.perf_counter() - t0)
 
@@ -78,18 +79,20 @@ def writer(args) -> dict:
         results = [SyntheticResult(steps) for _ in range(members)]
         if r < reports:
             tracker.log_curves(results)
-    tracker.finish(results, [0.9] * members)
+    tracker.finish(results, [0.9] * members, [time.time()] * members)  # every member stopped now
     left = tracker.close()
     return {"wall": time.perf_counter() - t0, "open": t_open, "latencies": latencies, "left": left,
             "calls": tracker.calls}
 
 
 def measure(url: str, writers: int, members: int, reports: int, points: int, concurrency: int) -> dict:
-    from mlflow.tracking import MlflowClient
+    from grokray.tracking.client import search_all
+    from grokray.tracking.records import RunQuery
+    from grokray.tracking.trackers import open_tracker
 
-    client = MlflowClient(url)
-    exp_id = client.create_experiment(f"bench-{writers}-{concurrency}-{time.time_ns()}")
-    parent = client.create_run(exp_id).info.run_id
+    tracker = open_tracker(url)
+    exp_id = tracker.ensure_experiment(f"bench-{writers}-{concurrency}-{time.time_ns()}")
+    parent = tracker.create_run(exp_id, "bench", {}, None)
     start_at = time.time() + 2.0  # every writer imported and waiting: they start together
     jobs = [(url, exp_id, parent, w, members, reports, points, concurrency, start_at) for w in range(writers)]
     with mp.get_context("spawn").Pool(writers) as pool:
@@ -98,8 +101,8 @@ def measure(url: str, writers: int, members: int, reports: int, points: int, con
     runs = writers * members
     per_run = reports * points * len(SERIES) + 4  # curve points + the summaries
     lat = sorted(x for o in outs for x in o["latencies"])
-    stored = client.search_runs([exp_id], tags_filter({ROLE_TAG: CONFIGURATION}), max_results=50000)
-    finished = sum(r.info.status == RunStatus.FINISHED for r in stored)
+    stored = search_all(tracker, exp_id, RunQuery({ROLE_TAG: CONFIGURATION}))
+    finished = sum(r.status == RunStatus.FINISHED for r in stored)
     return {"runs_per_s": runs / wall, "points_per_s": runs * per_run / wall, "wall_s": wall, "runs": runs,
             "finished": finished, "undelivered": sum(o["left"] for o in outs),
             "p50_ms": 1e3 * statistics.median(lat), "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],

@@ -210,7 +210,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
         save_s = time.perf_counter() - t1
         for _, meta in raw["trial_data"]:  # each pack's own account of its time in MLflow and in training
             last = json.loads(meta).get("last_result") or {}
-            worker_mlflow_s += float(last.get("mlflow_s", 0.0))
+            worker_mlflow_s += float(last.get("tracker_s", 0.0))
             train_s += float(last.get("train_s", 0.0))
 
     sys.path.insert(0, str(ROOT))

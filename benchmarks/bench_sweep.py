@@ -133,7 +133,7 @@ def run_grokray(steps: int, workdir: Path) -> dict:
     slots = max(1, min(summary.packs, os.cpu_count() or 1))
     m = summary.trial_metrics
     train = sum(x.get("train_s", 0.0) for x in m)
-    mlflow_worker = sum(x.get("mlflow_s", 0.0) for x in m)
+    mlflow_worker = sum(x.get("tracker_s", 0.0) for x in m)
     trial = sum(x.get("trial_s", 0.0) for x in m)
     core_s = wall * slots
     ends = [x["timestamp"] for x in m if "timestamp" in x]  # Tune's wall clock at each pack's last result (1 s)
@@ -151,7 +151,7 @@ def run_grokray(steps: int, workdir: Path) -> dict:
     return {
         "wall_s": wall, "configurations": summary.configurations, "packs": summary.packs,
         "model_steps": summary.configurations * steps, "train_core_s": train,
-        "mlflow_worker_s": mlflow_worker, "mlflow_calls": sum(x.get("mlflow_calls", 0) for x in m),
+        "mlflow_worker_s": mlflow_worker, "tracker_calls": sum(x.get("tracker_calls", 0) for x in m),
         "overhead_share": 1 - train / core_s, "mlflow_share": mlflow_worker / core_s,
         "ray_mlflow_share": 1 - (train + idle) / core_s,
         "shares": {k: v / core_s for k, v in parts.items()},
@@ -223,7 +223,7 @@ def main():
             print(f"grokray: {g['wall_s']:.1f} s for {g['configurations']} configurations in {g['packs']} packs "
                   f"({g['model_steps'] / g['wall_s']:.0f} model-steps/s); outside training (Ray + MLflow) "
                   f"{g['overhead_share']:.1%} of core-time, MLflow alone {g['mlflow_share']:.1%} "
-                  f"({g['mlflow_calls']} requests)", flush=True)
+                  f"({g['tracker_calls']} requests)", flush=True)
             print("  wall: " + ", ".join(f"{k} {v:.1f} s" for k, v in g["timings"].items()), flush=True)
             print("  core-time: " + ", ".join(f"{k} {v:.1%}" for k, v in g["shares"].items()), flush=True)
             print(f"  Ray + MLflow (everything but training and idle cores): {g['ray_mlflow_share']:.1%}", flush=True)

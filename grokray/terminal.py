@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .phases import ordered
+from .tracking.uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 EXAMPLES = """examples:
   grokray train sweeps/quickstart.yaml -s optim.decoder.lr=3e-4       one configuration, its curve and phase
@@ -179,9 +180,8 @@ def ui_command(uri: str) -> str:
     """The command that shows a store: `grokray ui` (MLflow's UI on 127.0.0.1), or the server's own address."""
     if uri.startswith("http"):
         return f"open {uri}"
-    default = Path.cwd() / "mlflow.db"
     exe = grokray_command()
-    return f"{exe} ui" if uri == f"sqlite:///{default}" else f"{exe} ui --tracking-uri {uri}"
+    return f"{exe} ui" if uri == resolve_tracking_uri(DEFAULT_TRACKING_URI) else f"{exe} ui --tracking-uri {uri}"
 
 
 def resume_command(argv: list[str] | None = None) -> str:

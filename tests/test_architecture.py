@@ -299,17 +299,22 @@ def test_no_private_module_imported_outside_the_named_ones():
         ["ray._private.utils", "torch._dynamo"]
 
 
-def test_only_tracking_imports_mlflow():
-    """docs/ARCHITECTURE.md: everything MLflow-specific sits in tracking/; the rest reads plain records
-    (tracking.records) through tracking.store."""
-    bad = []
-    for p in SOURCES:
-        tree = ast.parse(p.read_text())
-        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
-        if any(m.split(".")[0] == "mlflow" for m in names) and not module_name(p).startswith("grokray.tracking."):
-            bad.append(module_name(p))
+def imports_mlflow(tree) -> bool:
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+    return any(m.split(".")[0] == "mlflow" for m in names)
+
+
+def test_only_the_mlflow_tracker_imports_mlflow():
+    """Issue 62: MLflow is one Tracker (tracking/mlflow_tracker.py); everything else, tracking/ included, speaks the
+    Protocol (contracts.Tracker) through open_tracker: in grokray/, analysis/ and benchmarks/."""
+    bad = [str(p.relative_to(ROOT)) for p in [*SOURCES, *(ROOT / "benchmarks").glob("*.py")]
+           if imports_mlflow(ast.parse(p.read_text())) and p.relative_to(ROOT).as_posix() != MLFLOW_TRACKER]
     assert not bad, bad
+    assert imports_mlflow(ast.parse("def f():\n    from mlflow.tracking import MlflowClient\n"))  # planted
+
+
+MLFLOW_TRACKER = "grokray/tracking/mlflow_tracker.py"
 
 
 def test_importing_analysis_loads_no_mlflow():
@@ -409,10 +414,18 @@ def test_each_seam_check_finds_its_planted_case(check, planted):
 
 
 def test_mlflow_syntax_stays_in_tracking():
-    """In grokray/, analysis/ and benchmarks/ (whose bulk fills spelled mlflow.parentRunId and tags. filters)."""
+    """In grokray/, analysis/ and benchmarks/ (whose bulk fills spelled mlflow.parentRunId and tags. filters); inside
+    tracking/, MLflow's filter syntax is the MLflow tracker's alone (the rest builds RunQuery values: queries.py)
+    and MLflow's own tag names are schema's."""
     bad = {str(p.relative_to(ROOT)): found for p in [*_outside("grokray/tracking/"), *(ROOT / "benchmarks").glob(
         "*.py")] if (found := mlflow_syntax(p.read_text()))}
     assert not bad, bad
+    inside = {str(p.relative_to(ROOT)): found for p in sorted((ROOT / "grokray" / "tracking").glob("*.py"))
+              if p.relative_to(ROOT).as_posix() not in (MLFLOW_TRACKER, "grokray/tracking/schema.py")
+              and (found := mlflow_syntax(p.read_text()))}
+    assert not inside, inside
+    schema = mlflow_syntax((ROOT / "grokray" / "tracking" / "schema.py").read_text())
+    assert schema and not [f for f in schema if MLFLOW_FILTER.search(f)], schema  # tag names only, no filter
 
 
 def test_analysis_names_no_cli_flag():

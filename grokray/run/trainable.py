@@ -95,16 +95,16 @@ class PackReport:
     set_aside: str = ""  # the line saying its checkpoint was damaged and set aside (the driver prints it once)
 
     def result(self, trainer, phases: dict[str, int], member_phases: list[str], *, members_done: int, done: bool,
-               closed: tuple[int, float, str] | None = None, timing=None, from_mlflow: bool = False) -> dict:
+               closed: tuple[int, float, str] | None = None, timing=None, from_store: bool = False) -> dict:
         out = {"step": trainer.step, "total": trainer.total, "members": trainer.K, "members_done": members_done,
                "phases": phases, "node_id": self.node_id, "restored_from": self.restored_from, "pack_done": done}
         if timing is not None:
             train_s, tracker, started = timing
-            out |= {"train_s": train_s, "mlflow_s": tracker.seconds, "mlflow_calls": tracker.calls,
+            out |= {"train_s": train_s, "tracker_s": tracker.seconds, "tracker_calls": tracker.calls,
                     "trial_s": time.perf_counter() - started,
                     "spooled_points": tracker.courier.spooled_points}  # points that waited out an outage
-        if from_mlflow:
-            out |= {"from_mlflow": True, "spooled_points": 0}
+        if from_store:
+            out |= {"from_store": True, "spooled_points": 0}
         if self.placement:
             out["cuda_visible_devices"] = self.placement["cuda_visible_devices"]
         if self.set_aside:
@@ -198,7 +198,7 @@ def train_pack(config: dict) -> None:
         # work, so a resume trains none of it again. (A search trial trains on: its score needs the curves.)
         phases = [r.counted_as for r in tracker.runs]
         tune.report(report.result(trainer, {p: phases.count(p) for p in set(phases)}, [r.phase for r in tracker.runs],
-                                  members_done=trainer.K, done=True, from_mlflow=True, closed=(0, 0.0, "")))
+                                  members_done=trainer.K, done=True, from_store=True, closed=(0, 0.0, "")))
         return
     thresholds = [c.phases.threshold for c in configs]
     save_states = ctx.final_state

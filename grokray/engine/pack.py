@@ -24,6 +24,7 @@ from ..phases import gap as phase_gap
 from .batches import BATCHES
 from .checkpoint import load_pack_state, pack_state_dict
 from .curves import member_curve
+from .measure import measured_cols, metric_columns
 from .memory import keep_freed_memory
 from .pack_setup import group_optimizers, measuring, norm_targets, pack_member_bytes, progress_tensors
 from .precision import forward_context, use_matmul_precision
@@ -179,10 +180,7 @@ class PackTrainer:
         self.last = torch.where(~torch.isnan(metrics) & live.view(-1, 1), metrics, self.last)
 
     def _metrics_row(self, train_loss, train_acc, val_loss, val_acc, with_norm=True):
-        nan = torch.full((self.K,), math.nan, dtype=torch.float64, device=self.device)
-        cols = [nan if c is None else c.double() for c in (train_loss, train_acc, val_loss, val_acc)]
-        cols[2:] = [torch.where(self.has_val, c, nan) for c in cols[2:]]  # NaN where a member has no held-out rows
-        return self._with_extra(torch.stack(cols, 1), with_norm)
+        return self._with_extra(metric_columns(train_loss, train_acc, val_loss, val_acc, self.has_val), with_norm)
 
     def _with_extra(self, cols: torch.Tensor, with_norm: bool) -> torch.Tensor:
         """[K, 4] measured columns -> a full metric row: the weight norm and the family's curves, or NaN."""
@@ -193,15 +191,9 @@ class PackTrainer:
         return torch.cat([cols, cols.new_full((self.K, len(self.metric_names) - 4), math.nan)], 1)
 
     def _measured_cols(self, loss, correct, on_train, val_loss, val_correct, on_val):
-        """[K, 4] train loss, train acc, val loss, val acc from per-sample losses and correctness with 0/1 masks of
-        each member's training and held-out rows: counts divided once, in float64, so 9 of 10 correct is exactly
-        0.9 (NaN where a member has no held-out rows)."""
-        n_train = self.n_train.double()
-        val = torch.stack([(val_loss.detach().double() * on_val).sum(1) / self.n_val,
-                           (val_correct.double() * on_val).sum(1) / self.n_val], 1)
-        return torch.cat([torch.stack([(loss.detach().double() * on_train).sum(1) / n_train,
-                                       (correct.double() * on_train).sum(1) / n_train], 1),
-                          torch.where(self.has_val.view(-1, 1), val, math.nan)], 1)
+        """engine.measure.measured_cols with this pack's counts."""
+        return measured_cols(loss, correct, on_train, val_loss, val_correct, on_val, self.n_train, self.n_val,
+                             self.has_val)
 
     def _inputs(self):
         """What this step's forward reads, gathered (and cached) outside it: the forward stays free of side effects."""

@@ -11,7 +11,6 @@ imported only by the functions that need them.
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -75,16 +74,9 @@ def load_states(run_ids: Iterable[str], tracking_uri: str | None = None, name: s
     """Download and read the saved final state of each run: {run_id: {param name: array}}. Runs without the
     artifact are left out. dst: where to keep the downloaded files (default: a temporary directory)."""
 
-    store = open_store(tracking_uri)
+    store = open_store(tracking_uri)  # its tracker draws no progress bar per download (tracking/mlflow_tracker.py)
     out: dict[str, dict[str, np.ndarray]] = {}
-    quiet = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ  # one progress bar per run is noise here
-    if quiet:
-        os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    try:
-        _download(store, run_ids, name, dst, out)
-    finally:
-        if quiet:
-            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+    _download(store, run_ids, name, dst, out)
     return out
 
 

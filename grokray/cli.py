@@ -12,6 +12,7 @@ from .run.options import LaunchOptions, clock
 from .run.signals import sigterm_as_ctrl_c
 from .supervisor import supervise, wanted, watch_supervisor
 from .terminal import resume_command
+from .tracking.trackers import quiet_store_notices
 
 
 def _load(args):
@@ -309,8 +310,8 @@ EXIT_BROKEN_PIPE = 141  # as a shell tool killed by SIGPIPE ends, where Python w
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("run", "search", "atlas", "replay", "analyze"):  # MLflow's INFO notices ("Creating
-        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # initial MLflow database tables") ask nothing
+    if args.command in ("run", "search", "atlas", "replay", "analyze"):
+        quiet_store_notices()
     if wanted(args):  # a launch with a private local Ray: its driver runs in a session of its own
         return supervise(sys.argv[1:] if argv is None else list(argv))
     watch_supervisor()

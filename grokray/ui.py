@@ -19,6 +19,7 @@ from .errors import SpecError
 from .tracking.client import existing_store
 from .tracking.local_servers import MlflowServer
 from .tracking.store import Store
+from .tracking.uri import ui_problem
 
 WHAT_TO_CLICK = """In the runs table: the parent run (the sweep) holds one child run per configuration; expand it
 with the + beside its name. Its description says what ran and what came out; its Artifacts tab holds
@@ -63,6 +64,8 @@ def _wait(proc: subprocess.Popen) -> None:
 
 def serve_mlflow(uri: str | None, host: str, port: int, experiment: str | None) -> int:
     resolved = existing_store(uri)
+    if problem := ui_problem(resolved):
+        raise SpecError("--tracking-uri", problem)
     exp_id, name = experiment_page(resolved, experiment)
     if not _port_free(host, port):
         raise SpecError("--port", f"{host}:{port} is in use (another UI?); choose another with --port")

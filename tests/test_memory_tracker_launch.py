@@ -41,3 +41,19 @@ def test_a_smoke_launch_and_its_analysis_on_the_memory_tracker(local_ray, tmp_pa
     assert {p: n for p, n in result.counts.items() if n} == counts
     assert (tmp_path / "analysis" / "phase_diagram.png").stat().st_size > 1000
     assert "analysis/phase_diagram.png" in store.artifact_paths(parent.run_id, "analysis")
+
+
+def test_an_in_memory_store_is_refused_where_no_process_holds_it(tmp_path, capsys):
+    """`memory://` names no store (one exists only once a process opens it), and `grokray ui` cannot serve one:
+    each is said in one line naming the flag, before anything starts."""
+    from grokray.cli import main
+
+    code = main(["run", str(ROOT / "sweeps" / "quickstart.yaml"), "--scale", "smoke", "--tracking-uri", "memory://",
+                 "--storage", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--tracking-uri" in err and "names no store" in err and "open_tracker" in err
+    assert not (tmp_path / "results").exists()
+    held = open_tracker("memory://")
+    assert main(["ui", "--tracking-uri", held.uri]) == 2
+    err = capsys.readouterr().err
+    assert "--tracking-uri" in err and "in-memory store" in err

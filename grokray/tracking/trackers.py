@@ -3,7 +3,15 @@ URI MLflow takes; `memory://` is the in-memory store of tracking/memory.py. A ne
 
 from __future__ import annotations
 
+import os
+
 from ..contracts import Tracker
+
+
+def quiet_store_notices() -> None:
+    """The store's own notices that ask nothing of the user (MLflow's INFO "Creating initial MLflow database
+    tables") kept out of a command's output; set before the store is first imported (the user's setting wins)."""
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
 def open_tracker(uri: str, launch: bool = False) -> Tracker:

@@ -97,6 +97,14 @@ def scheme_problem(uri: str) -> str | None:
     return None
 
 
+def ui_problem(uri: str) -> str | None:
+    """Why `grokray ui` cannot show this store, or None: an in-memory store lives in the process that made it."""
+    if uri.startswith("memory:"):
+        return (f"{uri!r} is an in-memory store (for tests): it lives in the process that opened it, and no UI "
+                "server can open it; read it there through grokray.tracking.store.Store")
+    return None
+
+
 DATABASES = {"postgresql": "pip install -e '.[postgres]'", "mysql": "pip install mysqlclient (or pymysql, with "
              "mysql+pymysql://)", "mssql": "pip install pyodbc"}  # scheme -> how to install its driver
 

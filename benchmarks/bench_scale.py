@@ -202,7 +202,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
 
     state = sorted((work / "results").glob(f"scale-{n}_*/experiment_state-*.json"))
     state_bytes = state[-1].stat().st_size if state else 0
-    save_s, worker_mlflow_s, train_s = float("nan"), 0.0, 0.0
+    save_s, worker_tracker_s, train_s = float("nan"), 0.0, 0.0
     if state:
         t1 = time.perf_counter()
         raw = json.loads(state[-1].read_text())
@@ -210,7 +210,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
         save_s = time.perf_counter() - t1
         for _, meta in raw["trial_data"]:  # each pack's own account of its time in MLflow and in training
             last = json.loads(meta).get("last_result") or {}
-            worker_mlflow_s += float(last.get("tracker_s", 0.0))
+            worker_tracker_s += float(last.get("tracker_s", 0.0))
             train_s += float(last.get("train_s", 0.0))
 
     sys.path.insert(0, str(ROOT))
@@ -229,7 +229,7 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
     ui_s = ui_runs_page_s(uri, runs[0].experiment_id, work) if runs else float("nan")
     return {
         "n": n, "wall_s": wall, "per_config_ms": 1e3 * wall / n, "tracking_core_s_per_config": track_cpu / n,
-        "worker_mlflow_s_per_config": worker_mlflow_s / n, "train_s_per_config": train_s / n,
+        "worker_tracker_s_per_config": worker_tracker_s / n, "train_s_per_config": train_s / n,
         "driver_peak_mb": max(r for _, r, _ in sampler.samples) / 2**20,
         "driver_peak_before_close_mb": max((r for _, r, d in sampler.samples if d < n), default=0) / 2**20,
         "driver_mb_per_1000": rss_slope_per_1000(sampler.samples, n),

@@ -133,7 +133,7 @@ def run_grokray(steps: int, workdir: Path) -> dict:
     slots = max(1, min(summary.packs, os.cpu_count() or 1))
     m = summary.trial_metrics
     train = sum(x.get("train_s", 0.0) for x in m)
-    mlflow_worker = sum(x.get("tracker_s", 0.0) for x in m)
+    tracker_worker = sum(x.get("tracker_s", 0.0) for x in m)
     trial = sum(x.get("trial_s", 0.0) for x in m)
     core_s = wall * slots
     ends = [x["timestamp"] for x in m if "timestamp" in x]  # Tune's wall clock at each pack's last result (1 s)
@@ -144,15 +144,15 @@ def run_grokray(steps: int, workdir: Path) -> dict:
         # parent run: everything outside Ray's own start and stop and the packs' trial functions
         "scheduling_worker_start": (wall - t["ray_start"] - t["ray_stop"]) * slots - trial - idle,
         "idle_after_a_pack_ends": idle,  # packs of unequal cost (members that diverge stop early): not Ray or MLflow
-        "pack_setup_checkpoints_reports": trial - train - mlflow_worker,
-        "mlflow": mlflow_worker,
+        "pack_setup_checkpoints_reports": trial - train - tracker_worker,
+        "tracker": tracker_worker,
         "training": train,
     }
     return {
         "wall_s": wall, "configurations": summary.configurations, "packs": summary.packs,
         "model_steps": summary.configurations * steps, "train_core_s": train,
-        "mlflow_worker_s": mlflow_worker, "tracker_calls": sum(x.get("tracker_calls", 0) for x in m),
-        "overhead_share": 1 - train / core_s, "mlflow_share": mlflow_worker / core_s,
+        "tracker_worker_s": tracker_worker, "tracker_calls": sum(x.get("tracker_calls", 0) for x in m),
+        "overhead_share": 1 - train / core_s, "mlflow_share": tracker_worker / core_s,
         "ray_mlflow_share": 1 - (train + idle) / core_s,
         "shares": {k: v / core_s for k, v in parts.items()},
         "phase_counts": summary.phase_counts, "timings": t,

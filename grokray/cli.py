@@ -227,11 +227,11 @@ def _analyze(args) -> int:
 
 
 def _ui(args) -> int:
-    from .ui import serve_mlflow, serve_optuna
+    from .ui import serve_optuna, serve_runs_ui
 
     if args.optuna:
         return serve_optuna(args.optuna, args.host, args.port or 8080)
-    return serve_mlflow(args.tracking_uri, args.host, args.port or 5000, args.experiment)
+    return serve_runs_ui(args.tracking_uri, args.host, args.port or 5000, args.experiment)
 
 
 def _atlas_places(args) -> None:

@@ -62,7 +62,7 @@ def _wait(proc: subprocess.Popen) -> None:
         pass
 
 
-def serve_mlflow(uri: str | None, host: str, port: int, experiment: str | None) -> int:
+def serve_runs_ui(uri: str | None, host: str, port: int, experiment: str | None) -> int:
     resolved = existing_store(uri)
     if problem := ui_problem(resolved):
         raise SpecError("--tracking-uri", problem)

@@ -1,7 +1,9 @@
-"""The same 8x8 toy grid (Liu's addition, decoder lr x weight decay) three ways, on this machine's CPUs:
+"""The same 8x8 toy grid (Liu's addition, decoder lr x weight decay) three ways, on this machine's CPUs (or, with
+`--device cuda`, on its card: every trial a `--gpu-share` of it):
 
 (a) plain Ray Tune as a user would write it: one trial per configuration, a hand-written torch training
-    loop, `tune.report` every 100 steps, `MLflowLoggerCallback`;
+    loop (an nn.Module and torch's AdamW), `tune.report` every 100 steps, `MLflowLoggerCallback`, and on a card a
+    fractional `num_gpus` per trial;
 (b) `grokray run` (packed trials, batched MLflow logging);
 (c) bare: grokray's own packs trained in plain processes, no Ray and no MLflow.
 
@@ -10,6 +12,8 @@ equal). Prints wall times, the ratio plain / grokray, and the share of grokray's
 ways: from inside (core-time outside the packs' training loops) and from outside (1 - bare / grokray wall).
 
     .venv/bin/python benchmarks/bench_sweep.py [--steps 3000] [--only grokray,plain]   # add ,bare for (c)
+    python benchmarks/bench_sweep.py --device cuda --only plain --json plain.json     # one side per call, so that
+    python benchmarks/bench_sweep.py --device cuda --only grokray --json grokray.json # each has its card samples
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 LRS = [float(v) for v in np.logspace(-4, -2, 8)]
 WDS = [0, 1, 2, 3, 5, 8, 13, 20]
+
+
+def use_grid(n: int) -> None:
+    """An n x n corner of the grid (--grid: a CPU check of a device call runs 3 x 3; plain Tune's trials cost seconds
+    each there)."""
+    global LRS, WDS
+    LRS, WDS = [float(v) for v in np.logspace(-4, -2, n)], WDS[:n]
 P, TRAIN_SIZE = 10, 45
 
 
@@ -38,11 +49,12 @@ def plain_trainable(config):
 
     torch.set_num_threads(1)
     torch.manual_seed(config["seed"])
+    device = torch.device(config.get("device", "cpu"))
     pairs = [(i, j) for i in range(P) for j in range(i, P)]  # unordered pairs, 55 samples
-    a = torch.tensor([i for i, _ in pairs])
-    b = torch.tensor([j for _, j in pairs])
+    a = torch.tensor([i for i, _ in pairs], device=device)
+    b = torch.tensor([j for _, j in pairs], device=device)
     y = a + b  # 2p - 1 classes
-    perm = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(config["seed"]))
+    perm = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(config["seed"])).to(device)
     tr, va = perm[:TRAIN_SIZE], perm[TRAIN_SIZE:]
 
     class Toy(nn.Module):
@@ -56,7 +68,7 @@ def plain_trainable(config):
         def forward(self, a, b):
             return self.dec(self.emb(a) + self.emb(b))
 
-    model = Toy()
+    model = Toy().to(device)
     opt = torch.optim.AdamW([
         {"params": model.emb.parameters(), "lr": 1e-3, "weight_decay": 0.0},
         {"params": model.dec.parameters(), "lr": config["lr"], "weight_decay": config["wd"]},
@@ -81,7 +93,7 @@ def plain_trainable(config):
         opt.step()
 
 
-def run_plain(steps: int, workdir: Path) -> dict:
+def run_plain(steps: int, workdir: Path, device: str = "cpu", share: float = 0.0) -> dict:
     import ray
     from ray import tune
     from ray.air.integrations.mlflow import MLflowLoggerCallback
@@ -90,8 +102,9 @@ def run_plain(steps: int, workdir: Path) -> dict:
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     uri = f"sqlite:///{workdir}/plain-mlflow.db"
     tuner = tune.Tuner(
-        tune.with_resources(plain_trainable, {"cpu": 1}),
-        param_space={"lr": tune.grid_search(LRS), "wd": tune.grid_search(WDS), "seed": 0, "steps": steps},
+        tune.with_resources(plain_trainable, {"cpu": 1, **({"gpu": share} if device == "cuda" else {})}),
+        param_space={"lr": tune.grid_search(LRS), "wd": tune.grid_search(WDS), "seed": 0, "steps": steps,
+                     "device": device},
         run_config=tune.RunConfig(name="plain", storage_path=str(workdir / "plain-results"), verbose=0,
                                   callbacks=[MLflowLoggerCallback(tracking_uri=uri, experiment_name="plain")]),
     )
@@ -102,7 +115,8 @@ def run_plain(steps: int, workdir: Path) -> dict:
     return {"wall_s": wall, "trials": len(results), "model_steps": len(results) * steps}
 
 
-def grid_spec(steps: int):
+def grid_spec(steps: int, share: float = 0.0):
+    """The plain baseline's grid as a grokray spec; `share`: each pack's share of the card (0: on the CPUs)."""
     from grokray.spec import load_spec
 
     overrides = [
@@ -110,19 +124,20 @@ def grid_spec(steps: int):
         f"sweep.optim.decoder.weight_decay.values={json.dumps(WDS)}",
         f"train.steps={steps}", f"phases.budget={steps}", "phases.stop_when_classified=false",
         "seeds=[0]",  # the plain Tune baseline trains seed 0 of each cell
+        *([f"resources.gpu={share}"] if share else []),
     ]
     return load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides)
 
 
 # -- (b) grokray run ---------------------------------------------------------------------------------------
-def run_grokray(steps: int, workdir: Path) -> dict:
+def run_grokray(steps: int, workdir: Path, share: float = 0.0) -> dict:
     """grokray's wall time, split (in core-seconds: wall x concurrent packs) into Ray start-up, scheduling and
     worker start-up (and the idle tail), per-pack set-up (trainer build, checkpoints, Tune reports), MLflow
     (the workers' time in MLflow calls) and training."""
     from grokray.run.grid import run_sweep
     from grokray.run.options import LaunchOptions
 
-    spec = grid_spec(steps)
+    spec = grid_spec(steps, share)
     options = LaunchOptions(tracking_uri=f"sqlite:///{workdir}/grokray-mlflow.db",
                            storage=str(workdir / "grokray-results"), progress="never")
     t0 = time.perf_counter()
@@ -199,6 +214,12 @@ def run_bare(steps: int) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--gpu-share", type=float, default=0.125,
+                        help="on cuda: each plain trial's num_gpus and each grokray pack's resources.gpu")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--grid", type=int, default=8, choices=range(2, 9), metavar="N",
+                        help="an N x N grid of learning rate and weight decay (default 8, the whole grid)")
     parser.add_argument("--only", default="grokray,plain",
                         help="comma-separated subset of grokray,bare,plain; bare runs before and after grokray "
                              "(on a noisy host its +-10%% drift between halves swamps the share it measures)")
@@ -207,8 +228,13 @@ def main():
     if not only <= {"grokray", "bare", "plain"}:
         parser.error(f"--only: {args.only!r}; choose from grokray, bare, plain")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    if "bare" in only and args.device != "cpu":
+        parser.error("--only bare: on the CPU only")
+    share = args.gpu_share if args.device == "cuda" else 0.0
+    use_grid(args.grid)
     out = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-           "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "grid": f"{len(LRS)}x{len(WDS)}"}
+           "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "grid": f"{len(LRS)}x{len(WDS)}",
+           "device": args.device, "gpu_share": share}
     def bare():
         b = run_bare(args.steps)
         out.setdefault("bare", []).append(b)
@@ -219,7 +245,7 @@ def main():
         if "bare" in only:
             bare()
         if "grokray" in only:
-            out["grokray"] = g = run_grokray(args.steps, Path(d))
+            out["grokray"] = g = run_grokray(args.steps, Path(d), share)
             print(f"grokray: {g['wall_s']:.1f} s for {g['configurations']} configurations in {g['packs']} packs "
                   f"({g['model_steps'] / g['wall_s']:.0f} model-steps/s); outside training (Ray + MLflow) "
                   f"{g['overhead_share']:.1%} of core-time, MLflow alone {g['mlflow_share']:.1%} "
@@ -234,13 +260,15 @@ def main():
             print(f"Ray + MLflow, measured from outside (1 - mean bare / grokray wall): "
                   f"{out['ray_mlflow_wall_share']:.1%}", flush=True)
         if "plain" in only:
-            out["plain"] = p = run_plain(args.steps, Path(d))
+            out["plain"] = p = run_plain(args.steps, Path(d), args.device, share)
             print(f"plain Ray Tune: {p['wall_s']:.1f} s for {p['trials']} trials "
                   f"({p['model_steps'] / p['wall_s']:.0f} model-steps/s)", flush=True)
         if "plain" in out and "grokray" in out:
             out["ratio"] = out["plain"]["wall_s"] / out["grokray"]["wall_s"]
             print(f"wall-time ratio plain / grokray: {out['ratio']:.2f}x")
     print(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

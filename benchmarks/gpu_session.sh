@@ -3,15 +3,18 @@
 # MLflow and Optuna carried in the bundle (benchmarks/gpu_bundle.py, built here into .whl/, `carry: [.whl]`).
 #   1. install the bundle into /tmp/site
 #   2. the CUDA tests (pytest -m gpu: every family, the captured step against eager, tf32 and bf16)
-#   3. bench_pack.py --device cuda --capture: the captured step beside the eager one, the toy at K up to 1,024 and
-#      the Grokfast transformer at K up to 256, with the card's fp32 and TF32 matmul peaks measured in the same run
+#   3. bench_pack.py --device cuda: the Grokfast transformer at K up to 256, the captured step beside the eager one,
+#      with the card's fp32 and TF32 matmul peaks measured in the same run; and the toy at K up to 1,024, hand-stacked
+#      beside the same toy as the user's own nn.Module (the module family)
 #   4. Fig. 6b at the paper budget (121 cells x seeds 0-3, 1e5 steps) through `grokray atlas` (grokray run on Ray
 #      Tune, MLflow on SQLite), captured step, two packs on the card, with its utilisation and memory sampled,
 #      compared run by run and cell by cell with the committed CPU page
 #   5. if time is left, seeds 0-7 of Fig. 6b, so that every cell has 7 voting seeds
-#   6. the quickstart (Fig. 6b reduced: 5 x 4 cells x seeds 0-3, 1e4 steps), against its CPU page
-#   7. if time is left, benchmarks/compare_precision.py on the quickstart: fp32, tf32, bf16 phases on the card
-#   8. everything packed into $OUT: session.txt (the summary), session.tgz (logs, pages, data CSVs, MLflow stores)
+#   6. plain Ray Tune against `grokray run` on the same 8x8 grid and card (benchmarks/bench_sweep.py, each side with
+#      its own utilisation samples): the ratio of wall times (issue 64)
+#   7. the quickstart (Fig. 6b reduced: 5 x 4 cells x seeds 0-3, 1e4 steps), against its CPU page
+#   8. if time is left, benchmarks/compare_precision.py on the quickstart: fp32, tf32, bf16 phases on the card
+#   9. everything packed into $OUT: session.txt (the summary), session.tgz (logs, pages, data CSVs, MLflow stores)
 # Each step has its own time limit and the whole script a deadline, so a step that hangs leaves the others' figures.
 #
 #   device:           bash benchmarks/gpu_session.sh
@@ -24,8 +27,10 @@ DEFAULT_DEADLINE=530   # seconds for the whole script; the device call's limit i
 source benchmarks/gpu_lib.sh
 if [ "$DEVICE" = cuda ]; then
   SCALE_6B=paper GPU=0.5 QS_SEEDS="" CAPTURE=compiled QS_LIMIT=60
+  SWEEP_DEVICE=cuda SWEEP_STEPS=3000 SWEEP_GRID=8 SWEEP_LIMIT=120  # plain Tune's 64 trials in about 2 minutes
 else  # the quickstart at seed 1 alone (20 configurations, ~1 min on 2 cores), so the comparison has runs to match
   SCALE_6B=smoke GPU=0 QS_SEEDS="seeds=[1]" CAPTURE=eager QS_LIMIT=110
+  SWEEP_DEVICE=cpu SWEEP_STEPS=100 SWEEP_GRID=3 SWEEP_LIMIT=120  # 9 plain trials: seconds each on 2 cores
 fi
 
 say "# gpu_session $(date -u +%FT%TZ) on $DEVICE, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -33,13 +38,15 @@ install_bundle
 
 if [ "$DEVICE" = cuda ]; then
   step pytest-gpu 110 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
-  step bench-pack-toy 70 "$PY" benchmarks/bench_pack.py --device cuda --quick --capture --models toy200 \
-    --ks 1,32,256,1024
   step bench-pack-grokfast 90 "$PY" benchmarks/bench_pack.py --device cuda --quick --capture --models grokfast \
     --ks 1,32,256
+  # issue 64: the toy as the user's own nn.Module (the module family) beside the hand-stacked toy, same K
+  step bench-pack-module 60 "$PY" benchmarks/bench_pack.py --device cuda --quick --generic --models toy200 \
+    --ks 1,32,256,1024
 else
   step pytest-gpu 60 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
   step bench-pack-toy 90 "$PY" benchmarks/bench_pack.py --device cpu --quick --capture --models toy32 --ks 1,8
+  step bench-pack-module 60 "$PY" benchmarks/bench_pack.py --device cpu --quick --generic --models toy32 --ks 1,8
 fi
 grep -hE "^(\||# )" "$W"/logs/bench-pack-*.log >> "$SUMMARY"
 
@@ -70,6 +77,21 @@ EOF
 atlas fig6b 150 sweeps/liu_fig6b_toy_regression.yaml "$SCALE_6B"
 compare "liu_fig6b_toy_regression-$SCALE_6B" "$W/atlas/data/liu_fig6b_toy_regression-$SCALE_6B.csv"
 grep -E "wall time" "$W/atlas/liu_fig6b_toy_regression-$SCALE_6B.md" 2>/dev/null >> "$SUMMARY"
+
+# issue 64: plain Ray Tune as a user writes it (a trial per configuration, an nn.Module and torch's AdamW, a fractional
+# num_gpus each, MLflowLoggerCallback) against `grokray run` on the same 8x8 grid and card, each with its own samples
+plain_vs_grokray() {
+  local side
+  for side in plain grokray; do
+    sample_gpu "$W/logs/sweep-$side-gpu.csv" & local sampler=$!
+    step "sweep-$side" "$1" "$PY" benchmarks/bench_sweep.py --device "$SWEEP_DEVICE" --steps "$SWEEP_STEPS" \
+      --grid "$SWEEP_GRID" --only "$side" --json "$W/sweep-$side.json"
+    kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    say "sweep-$side: $(gpu_figures "$W/logs/sweep-$side-gpu.csv")"
+  done
+  "$PY" benchmarks/sweep_ratio.py "$W/sweep-plain.json" "$W/sweep-grokray.json" "$1" 2>&1 | tee -a "$SUMMARY"
+}
+plain_vs_grokray "$SWEEP_LIMIT"
 
 # seeds 4-7 beside 0-3 (seed 0's split is undecodable: 7 voters a cell), only if the first page left time for it
 if [ "$(left)" -gt 200 ]; then

@@ -8,7 +8,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from grokray.cli import main
-from grokray.tracking.delivery import Batch, Courier, Spool, is_transient, pending_points, undelivered
+from grokray.tracking.delivery import Courier, is_transient
+from grokray.tracking.spool import Batch, Spool, pending_points, undelivered
 
 
 class Clock:
@@ -286,3 +287,27 @@ def test_replay_names_a_launch_a_dead_driver_left_running(tmp_path, capsys):
     assert len(said) == 1 and f"'killed sweep' (parent run {parent[:8]})" in said[0], said
     assert f"pid {dead.pid} on this machine" in said[0] and "--resume` continues it" in said[0]
     assert client.get_run(child).info.status == "FINISHED" and client.get_run(parent).info.status == "RUNNING"
+
+
+def test_a_write_the_tracker_splits_is_not_stored_twice_when_a_later_request_fails(tmp_path):
+    """MLflow takes 1,000 points a request, so 2,500 points are three requests; when the second fails (a dropped
+    connection) the retry sends only what the store lacks, not the first request's points again (without that, the
+    retry sent all 2,500)."""
+    from grokray.tracking.delivery import deliver
+    from grokray.tracking.trackers import open_tracker
+
+    tracker = open_tracker(f"sqlite:///{tmp_path}/mlflow.db", prepare=True)
+    run_id = tracker.create_run(tracker.ensure_experiment("split"), "r", {}, None)
+    real, calls = tracker.client.log_batch, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(len(kwargs.get("metrics", [])))
+        if len(calls) == 2:
+            raise ConnectionError("Connection reset by peer")
+        return real(*args, **kwargs)
+
+    tracker.client.log_batch = second_fails
+    deliver(tracker, Batch(run_id, [["val/acc", s / 2500, 1, s] for s in range(2500)]), dedup=False)
+    steps = [p.step for p in tracker.curve(run_id, "val/acc")]
+    assert steps == list(range(2500))  # each point once
+    assert calls[:2] == [1000, 1000] and sum(calls[2:]) == 1500  # the retry sent the 1,500 the store lacked

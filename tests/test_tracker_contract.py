@@ -16,7 +16,7 @@ def tracker(request, tmp_path):
     from grokray.tracking.trackers import open_tracker
 
     if request.param == "mlflow-sqlite":
-        return open_tracker(f"sqlite:///{tmp_path}/mlflow.db", launch=True)
+        return open_tracker(f"sqlite:///{tmp_path}/mlflow.db", prepare=True)
     held = open_tracker("memory://")
     if request.param == "memory":
         return held

@@ -12,7 +12,6 @@ from pathlib import Path
 import yaml
 
 from ..spec import Spec, build_spec
-from ..tracking.delivery import pending_points, spool_files
 from ..tracking.parent import ParentRun
 from ..tracking.schema import (
     CONFIGURATIONS_TAG,
@@ -22,6 +21,7 @@ from ..tracking.schema import (
     SPEC_ARTIFACT,
     phase_count_tags,
 )
+from ..tracking.spool import pending_points, spool_files
 from ..tracking.store import Store
 from .report import closing_runs, report_on_parent
 

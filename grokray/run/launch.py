@@ -28,12 +28,12 @@ from ..errors import LaunchFinished, SpecError
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
 from ..tracking.client import StoreAway
-from ..tracking.delivery import pending_points
 from ..tracking.drivers import dead_driver_pid, left_by_dead_driver
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
 from ..tracking.records import RunStatus
 from ..tracking.schema import CONFIGURATIONS_TAG
+from ..tracking.spool import pending_points
 from ..tracking.uri import resolve_tracking_uri
 from ..user_code import code_paths
 from .cluster import (

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..tracking.client import existing_store
-from ..tracking.delivery import pending_points, replay_dir, spool_files
+from ..tracking.delivery import replay_dir
 from ..tracking.drivers import left_by_dead_driver
+from ..tracking.spool import pending_points, spool_files
 from ..tracking.store import Store
 from ..tracking.trackers import open_tracker
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 
-from .delivery import HANDED_OVER, LAUNCH_SPOOL_PREFIX, replay_dir, spool_files
+from .delivery import replay_dir
 from .parent import ParentRun
+from .spool import HANDED_OVER, LAUNCH_SPOOL_PREFIX, spool_files
 
 
 class BackgroundDelivery:

@@ -1,4 +1,5 @@
-"""Delivery that survives a tracking outage: a bounded in-memory queue, a write-ahead spool, retry with backoff.
+"""Delivery that survives a tracking outage: a bounded in-memory queue, a write-ahead spool (spool.py), retry with
+backoff.
 
 A worker never waits on MLflow for long. `Courier.send` tries to deliver a batch (metrics, params, tags and an
 optional "terminate" of the run); if the tracking server is unreachable, the batch is appended to the spool (JSON
@@ -16,58 +17,18 @@ request failed, and a retried pack re-logs from its checkpoint).
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
-import uuid
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .client import clean, is_transient, retry
 from .queries import children_query, launch_query
 from .records import RunStatus
 from .schema import PARENT_ID_TAG, TRIAL_KEY_TAG
+from .spool import HANDED_OVER, Batch, Spool, pending_points, spool_files, undelivered
 
-SPOOL_DIRNAME = "undelivered"
-LAUNCH_SPOOL_PREFIX = "launch-"  # the driver's own spool file (the parent's batches), replayed before the packs'
-HANDED_OVER = ".done.jsonl"  # a finished pack's spool file: the driver delivers it, the pack's slot is free
 MAX_BACKOFF_S = 30.0
-
-
-@dataclass
-class Batch:
-    """What one report sends for one run. A run that could not be created yet (the server was away when its pack
-    opened) has no `run_id`: its batches carry the trial `key` and what `create` needs, and delivery finds the
-    run by trial key or creates it, once."""
-
-    run_id: str
-    metrics: list = field(default_factory=list)  # [key, value, timestamp_ms, step]
-    params: dict = field(default_factory=dict)
-    tags: dict = field(default_factory=dict)
-    terminate: str | None = None  # "FINISHED" etc.: end the run after the batch
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    key: str = ""  # trial key, for a batch whose run is not created yet
-    create: dict | None = None  # {experiment_id, run_name, tags, start_time} of that run
-    end_time: int | None = None  # ms: when the run's own work ended (a pack member stops before its pack)
-    texts: dict = field(default_factory=dict)  # artifact path -> text (the parent's spec, an adaptive round record)
-
-    @property
-    def points(self) -> int:
-        return len(self.metrics)
-
-    def to_json(self) -> str:
-        return json.dumps({"batch": self.id, "run_id": self.run_id, "metrics": self.metrics, "params": self.params,
-                           "tags": self.tags, "terminate": self.terminate, "key": self.key, "create": self.create,
-                           "end_time": self.end_time, "texts": self.texts})
-
-    @classmethod
-    def from_record(cls, rec: dict) -> Batch:
-        return cls(run_id=rec["run_id"], metrics=[list(m) for m in rec["metrics"]], params=rec.get("params") or {},
-                   tags=rec.get("tags") or {}, terminate=rec.get("terminate"), id=rec["batch"],
-                   key=rec.get("key") or "", create=rec.get("create"), end_time=rec.get("end_time"),
-                   texts=rec.get("texts") or {})
 
 
 class ParentNotCreated(ConnectionError):
@@ -129,13 +90,10 @@ def deliver(tracker, batch: Batch, dedup: bool, attempts: int = 3, resolved: dic
     are dropped first. `attempts` per request."""
     dedup = dedup or not batch.run_id
     run_id = resolve_run(tracker, batch, {} if resolved is None else resolved, attempts)
-    metrics = batch.metrics
-    if dedup and metrics:
-        stored = retry(tracker.latest_steps, run_id, attempts=attempts)
-        metrics = [m for m in metrics if m[3] > stored.get(m[0], -1)]
+    metrics = past_stored(tracker, run_id, batch.metrics, attempts) if dedup and batch.metrics else batch.metrics
     calls = int(dedup)
     if metrics or batch.params or batch.tags:
-        calls += retry(tracker.log, run_id, metrics, clean(batch.params), clean(batch.tags), attempts=attempts)
+        calls += _log(tracker, run_id, metrics, clean(batch.params), clean(batch.tags), attempts)
     for path, text in batch.texts.items():  # an artifact small enough to wait in the spool (a spec, a record)
         retry(tracker.log_text, run_id, text, path, attempts=attempts)
         calls += 1
@@ -145,61 +103,25 @@ def deliver(tracker, batch: Batch, dedup: bool, attempts: int = 3, resolved: dic
     return calls
 
 
-class Spool:
-    """One JSON-lines file: a line per undelivered batch, and a `{"delivered": id}` line once it went out."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.pending = 0  # spooled batches not yet marked delivered
-
-    def append(self, batch: Batch) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(batch.to_json() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.pending += 1
-
-    def mark(self, batch_id: str) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps({"delivered": batch_id}) + "\n")
-        self.pending -= 1
-        if self.pending <= 0 and not undelivered(self.path):
-            self.path.unlink(missing_ok=True)
+def past_stored(tracker, run_id: str, points: list, attempts: int) -> list:
+    """The points beyond the run's latest stored step of their key (a run's points of one key go out in step order)."""
+    stored = retry(tracker.latest_steps, run_id, attempts=attempts)
+    return [m for m in points if m[3] > stored.get(m[0], -1)]
 
 
-def undelivered(path: str | Path) -> list[Batch]:
-    """The batches of one spool file without a `delivered` line, in the order they were spooled."""
-    batches: dict[str, Batch] = {}
-    done: set[str] = set()
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:  # a line cut short by a crash: that batch was never acknowledged
-            continue
-        if "delivered" in rec:
-            done.add(rec["delivered"])
-        else:
-            batches[rec["batch"]] = Batch.from_record(rec)
-    return [b for i, b in batches.items() if i not in done]
+def _log(tracker, run_id: str, points: list, params: dict, tags: dict, attempts: int) -> int:
+    """tracker.log, retried; a retry first drops the points the store already holds: a tracker splits a large write
+    into several requests, and those that went through before one failed are not sent again (MLflow's SQL store
+    drops an exact repeat, a tracker need not)."""
+    tried = False
 
+    def once() -> int:
+        nonlocal tried
+        todo = past_stored(tracker, run_id, points, 1) if tried and points else points
+        tried = True
+        return tracker.log(run_id, todo, params, tags)
 
-def spool_files(directory: str | Path) -> list[Path]:
-    """The spool files of one launch, the launch's own (its parent's batches) first: a parent made late must
-    exist before its children can be found or made."""
-    directory = Path(directory)
-    files = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
-    return sorted(files, key=lambda p: not p.name.startswith(LAUNCH_SPOOL_PREFIX))
-
-
-def pending_points(directory: str | Path) -> tuple[int, int]:
-    """(batches, metric points) not yet delivered under a spool directory."""
-    batches = [b for p in spool_files(directory) for b in undelivered(p)]
-    return len(batches), sum(b.points for b in batches)
+    return retry(once, attempts=attempts)
 
 
 def replay_dir(directory: str | Path, tracker, deadline_s: float = 0.0, only: list | None = None,

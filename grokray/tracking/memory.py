@@ -15,11 +15,11 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import uuid
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
+from .client import now_ms
 from .records import Point, RunNotFound, RunQuery, RunRecord, RunStatus
 from .schema import RUN_NAME_TAG
 
@@ -28,8 +28,9 @@ _HELD: dict[str, MemoryTracker] = {}  # uri -> the stores this process holds
 _PEERS: dict[str, RemoteTracker] = {}  # uri -> one connection per process to a store another process holds
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+def latest(points: list[Point]) -> Point:
+    """A metric's latest point, as MLflow picks it: the largest step, then the latest timestamp."""
+    return max(points, key=lambda p: (p.step, p.timestamp_ms))
 
 
 class MemoryTracker:
@@ -80,10 +81,9 @@ class MemoryTracker:
         return run
 
     def _record(self, run_id: str, run: dict) -> RunRecord:
-        latest = {k: max(points, key=lambda p: (p.step, p.timestamp_ms)).value
-                  for k, points in run["curves"].items() if points}
+        values = {k: latest(points).value for k, points in run["curves"].items() if points}
         return RunRecord(run_id, run["tags"].get(RUN_NAME_TAG, ""), run["experiment_id"], run["status"],
-                         run["start_ms"], run["end_ms"], dict(run["params"]), dict(run["tags"]), latest)
+                         run["start_ms"], run["end_ms"], dict(run["params"]), dict(run["tags"]), values)
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._lock:
@@ -134,9 +134,7 @@ class MemoryTracker:
 
     def latest_steps(self, run_id: str) -> dict[str, int]:
         with self._lock:
-            curves = self._run(run_id)["curves"]
-            return {k: max(points, key=lambda p: (p.step, p.timestamp_ms)).step for k, points in curves.items()
-                    if points}
+            return {k: latest(points).step for k, points in self._run(run_id)["curves"].items() if points}
 
     def artifact_paths(self, run_id: str, folder: str | None = None) -> list[str]:
         prefix = f"{folder.strip('/')}/" if folder else ""

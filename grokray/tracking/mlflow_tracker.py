@@ -52,15 +52,15 @@ def quick_failing_http() -> None:
 
 
 class MlflowTracker:
-    """One MLflow tracking store (a tracking URI). `launch`: a launch's writer, whose spool holds what the store
-    does not take: a local SQLite file is made ready first (prepare_store) and a server that is away answers in
-    seconds."""
+    """One MLflow tracking store (a tracking URI). `spooled`: a launch's writer, whose spool holds what the store
+    does not take, so a server that is away answers in seconds. `prepare`: the launch's driver makes a local SQLite
+    file ready first (prepare_store)."""
 
-    def __init__(self, uri: str, launch: bool = False):
+    def __init__(self, uri: str, spooled: bool = False, prepare: bool = False):
         self.uri = uri
-        if launch and uri.startswith("http"):
+        if spooled and uri.startswith("http"):
             quick_failing_http()
-        if launch:
+        if prepare:
             prepare_store(uri)  # before MLflow's first open of a new file, which makes its tables
         self.client = MlflowClient(tracking_uri=uri)
 

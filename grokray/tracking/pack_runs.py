@@ -18,16 +18,7 @@ from pathlib import Path
 from ..config import only_known_fields
 from ..phases import counted_phase
 from .client import StoreAway, clean, counted_phase_of, now_ms, retry, search_all
-from .delivery import (
-    HANDED_OVER,
-    SPOOL_DIRNAME,
-    Batch,
-    Courier,
-    replay_dir,
-    resolve_parent,
-    spool_files,
-    undelivered,
-)
+from .delivery import Courier, replay_dir, resolve_parent
 from .queries import children_query
 from .records import RunRecord, RunStatus
 from .schema import (
@@ -51,6 +42,7 @@ from .schema import (
     TRIAL_KEY_TAG,
     flatten,
 )
+from .spool import HANDED_OVER, SPOOL_DIRNAME, Batch, spool_files, undelivered
 from .trackers import open_tracker
 from .uri import server_answers
 
@@ -115,7 +107,7 @@ class PackTracker:
         self.pack = pack
         server = target.tracking_uri.startswith("http")
         self.workers = target.concurrency if server else 1
-        self.tracker = open_tracker(target.tracking_uri, launch=True)  # a server away: the courier spools
+        self.tracker = open_tracker(target.tracking_uri, spooled=True)  # a server away: the courier spools
         self.runs: list[MemberRun] = []
         self.experiment_id, self.parent_id = target.experiment_id, target.parent_run_id  # "" until the server answers
         self.started_ms = now_ms()  # the members' runs start with the pack, wherever and whenever they are made

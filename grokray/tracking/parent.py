@@ -26,18 +26,7 @@ from .client import (
     search_all,
     search_pages,
 )
-from .delivery import (
-    LAUNCH_SPOOL_PREFIX,
-    SPOOL_DIRNAME,
-    Batch,
-    Courier,
-    ParentNotCreated,
-    Spool,
-    deliver,
-    pending_points,
-    replay_dir,
-    resolve_parent,
-)
+from .delivery import Courier, ParentNotCreated, deliver, replay_dir, resolve_parent
 from .drivers import driver_died, driver_id
 from .queries import children_query, parents_query
 from .records import RunNotFound, RunRecord, RunStatus, ended_by_close, record_line
@@ -62,6 +51,7 @@ from .schema import (
     TRIAL_KEY_TAG,
     phase_count_tags,
 )
+from .spool import LAUNCH_SPOOL_PREFIX, SPOOL_DIRNAME, Batch, Spool, pending_points
 from .trackers import open_tracker
 from .uri import server_answers
 
@@ -102,7 +92,7 @@ class ParentRun:
     def __init__(self, uri: str, experiment_name: str, storage: str):
         self.uri = uri
         self.server = uri.startswith("http")
-        self.tracker = open_tracker(uri, launch=True)
+        self.tracker = open_tracker(uri, spooled=True, prepare=True)
         self.experiment_name = experiment_name
         self.storage = storage
         self.experiment_id = ""  # known once the server answers

@@ -14,13 +14,14 @@ def quiet_store_notices() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
-def open_tracker(uri: str, launch: bool = False) -> Tracker:
-    """The store at `uri`. `launch`: for a launch's writers (whose spool holds what the store does not take): a new
-    SQLite file is made ready first, and a server that is away is given up on in seconds."""
+def open_tracker(uri: str, spooled: bool = False, prepare: bool = False) -> Tracker:
+    """The store at `uri`. `spooled`: for a launch's writers, whose spool holds what the store does not take, so a
+    server that is away is given up on in seconds. `prepare`: the launch's driver, once, before anything else opens
+    the store (a new SQLite file made ready); the packs' workers do not repeat it."""
     if uri.startswith("memory:"):
         from .memory import open_memory
 
         return open_memory(uri)
     from .mlflow_tracker import MlflowTracker
 
-    return MlflowTracker(uri, launch=launch)
+    return MlflowTracker(uri, spooled=spooled, prepare=prepare)

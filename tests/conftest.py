@@ -13,6 +13,16 @@ def _strict_numerics():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _sqlite_waits_for_locks():
+    """The tests' own MLflow clients on SQLite wait for a lock as grokray's do (issue 69: CI's node-loss test read
+    the store while its packs wrote and failed on "database is locked" after SQLite's default 5 s)."""
+    from grokray.tracking.mlflow_tracker import wait_for_sqlite_locks
+
+    wait_for_sqlite_locks()
+    yield
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A private local Ray for one test module (never a bare ray.init(): it may join a stale cluster)."""

@@ -177,6 +177,31 @@ def test_a_reader_outside_the_lock_does_not_fail_the_store_preparation(tmp_path)
         assert mode == "wal"
 
 
+@pytest.mark.reliability  # about 7 s, most of it waiting on the lock: make reliability
+def test_a_write_waits_out_a_lock_longer_than_sqlites_default_wait(tmp_path):
+    """Issue 69: CI's node-loss test failed on "database is locked" (Python's sqlite3 waits 5 s for another
+    writer). Another process holds the new store's write lock for 6 s: the tracker's write waits it out."""
+    import subprocess
+    import sys
+
+    from grokray.tracking.mlflow_tracker import SQLITE_LOCK_WAIT_S, MlflowTracker
+
+    db = tmp_path / "mlflow.db"
+    tracker = MlflowTracker(f"sqlite:///{db}", prepare=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sqlite3, sys, time\n"
+        f"con = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+        "con.execute('BEGIN EXCLUSIVE'); print('held', flush=True); time.sleep(6); con.execute('COMMIT')")],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    t0 = time.monotonic()
+    experiment = tracker.ensure_experiment("locked")
+    waited = time.monotonic() - t0
+    assert holder.wait(timeout=30) == 0
+    assert tracker.experiment_id("locked") == experiment
+    assert 5.0 < waited < SQLITE_LOCK_WAIT_S, waited
+
+
 def test_a_reopened_run_points_at_the_trial_that_reruns_it(pack_setup):
     """Issue 61: a search resumed after a stop re-runs its interrupted trials under new Optuna numbers; their runs
     kept `grokray.search.trial` (and the "#N" name) of the failed trial. The pack that reopens a run now moves its

@@ -25,6 +25,11 @@ NEWEST_FIRST = ["attributes.start_time DESC"]
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 # A download draws a progress bar on stderr: noise in a one-line error, in a log, in a notebook cell.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# How long any statement on a SQLite store waits for another process's lock before "database is locked". SQLite
+# takes one writer at a time, and Python's default wait is 5 s: a loaded 2-core machine with a driver, its packs
+# and a reader on one file passed that (CI's node-loss test failed so). Failures after this wait are retried as
+# transient (client.retry).
+SQLITE_LOCK_WAIT_S = 60.0
 
 
 def filter_string(query: RunQuery) -> str:
@@ -43,6 +48,23 @@ def record(run) -> RunRecord:
                      info.end_time, dict(data.params), dict(data.tags), dict(data.metrics))
 
 
+def wait_for_sqlite_locks() -> None:
+    """Every SQLite connection this process opens through SQLAlchemy (MLflow's store) waits SQLITE_LOCK_WAIT_S for
+    a lock. A listener on all engines, since MLflow makes its engine inside its store; registered once."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    if not event.contains(Engine, "connect", _sqlite_busy_timeout):
+        event.listen(Engine, "connect", _sqlite_busy_timeout)
+
+
+def _sqlite_busy_timeout(dbapi_connection, _record) -> None:
+    import sqlite3
+
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        dbapi_connection.execute(f"PRAGMA busy_timeout = {int(SQLITE_LOCK_WAIT_S * 1000)}")
+
+
 def quick_failing_http() -> None:
     """MLflow's HTTP client retries a refused connection for minutes by default. A launch's writers spool instead,
     so they ask for one quick retry (the user's own MLFLOW_HTTP_REQUEST_* settings win)."""
@@ -58,6 +80,8 @@ class MlflowTracker:
 
     def __init__(self, uri: str, spooled: bool = False, prepare: bool = False):
         self.uri = uri
+        if uri.startswith("sqlite:"):
+            wait_for_sqlite_locks()
         if spooled and uri.startswith("http"):
             quick_failing_http()
         if prepare:
@@ -192,7 +216,7 @@ def prepare_store(uri: str) -> None:
         os.close(folder)
 
 
-def _set_wal(sqlite3, path: Path, wait_s: float = 30.0) -> None:
+def _set_wal(sqlite3, path: Path, wait_s: float = SQLITE_LOCK_WAIT_S) -> None:
     """WAL mode, retried: another process that opens the file without our lock (an `mlflow ui`, a reader polling it)
     makes SQLite refuse the switch at once, without its busy wait. WAL is a speed-up, so after wait_s the launch goes
     on in the file's present mode rather than failing."""

@@ -3,9 +3,12 @@ its first round and resumed, it finishes with one child run per configuration an
 
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from grokray.spec import build_spec, read_yaml
+
+pytestmark = pytest.mark.launch  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"

@@ -15,6 +15,8 @@ from grokray.spec import load_spec
 from grokray.tracking.client import counted_phase_of
 from grokray.tracking.mlflow_tracker import record
 
+pytestmark = pytest.mark.launch  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
+
 ROOT = Path(__file__).resolve().parents[1]
 FIG6B = ROOT / "sweeps" / "liu_fig6b_toy_regression.yaml"
 

@@ -6,6 +6,7 @@ start, no trial may train) instead of launching a sweep."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -184,8 +185,11 @@ def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
 
 
 def _ray_sessions() -> set[str]:
+    """Ray sessions this process started (Ray names a session by its date and the starting process's pid): other
+    test processes may start their own meanwhile (make test runs two)."""
     base = Path("/tmp/ray")
-    return {p.name for p in base.iterdir()} if base.exists() else set()
+    mine = f"_{os.getpid()}"
+    return {p.name for p in base.iterdir() if p.name.endswith(mine)} if base.exists() else set()
 
 
 class Tripwire(AssertionError):

@@ -93,7 +93,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_good_one(tmp_pat
     assert none is None and fresh.step == 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a 20,000-step launch stopped and resumed; the damage cases run in the default suite")
 def test_resume_after_every_checkpoint_was_damaged_trains_from_step_0_and_says_so(tmp_path):
     """Stopped mid-sweep, every pack checkpoint Tune holds overwritten with garbage, then `--resume`: on main at
     275b58f this failed with torch's UnpicklingError four times and the parent ended FAILED."""

@@ -18,7 +18,8 @@ from grokray.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour of a machine without CUDA")
+pytestmark = [pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour of a machine without CUDA"),
+              pytest.mark.launch]  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
 
 
 def _spec(gpu):

@@ -15,6 +15,8 @@ from grokray.tracking.parent import missing_parent_tags
 from grokray.tracking.schema import CLOSED_PARENT_TAGS, KIND_TAG, KINDS
 from grokray.tracking.store import Store
 
+pytestmark = pytest.mark.launch  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {
     "task": {"name": "addition", "p": 10, "train_size": 45},

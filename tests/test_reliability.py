@@ -263,7 +263,8 @@ def test_driver_sigkill_then_resume(tmp_path):
 
 # SIGKILL's variant is slow (`make test-slow`, a minute of CI's 60): a Ctrl-C also leaves the trials in flight
 # RUNNING in the study for the resume to recover, and tests/test_search.py builds that state exactly.
-@pytest.mark.parametrize("stop", [pytest.param("sigkill", marks=pytest.mark.slow), "ctrl-c"])
+@pytest.mark.parametrize("stop", [pytest.param("sigkill", marks=pytest.mark.slow(
+    reason="a minute; Ctrl-C leaves the same RUNNING trials, and test_search.py builds that state exactly")), "ctrl-c"])
 def test_search_driver_stop_then_resume(tmp_path, stop):
     """A search killed outright, or stopped with Ctrl-C (issue 52: its parent then closed FINISHED, exit 0, with no
     resume hint), resumes without training a finished trial again."""

@@ -33,7 +33,8 @@ from grokray.spec import build_spec, load_spec, read_yaml
 pytestmark = pytest.mark.reliability
 # The delivery path is the same on either store; tests/test_reliability.py runs the grid's outages on both, and
 # these drivers' PostgreSQL variants (4 minutes of CI's 60) run with `make test-slow`.
-SERVERS = ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)]
+SERVERS = ["sqlite", pytest.param("postgres", marks=pytest.mark.slow(
+    reason="the same delivery path as SQLite's; the grid's PostgreSQL outage runs in CI"))]
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
 DEGROK = ROOT / "sweeps" / "degrok_toy.yaml"
@@ -173,7 +174,7 @@ def test_a_server_that_does_not_come_back_exits_3_and_replay_delivers_everything
     report(f"tracking_never_back_{kind}", exit_code=code, points_lost=0, configurations=n)
 
 
-@pytest.mark.slow  # 167 s on the 2-core VM (2026-11-29); the grid's SIGKILL resume stays in CI: CI's 60 minutes
+@pytest.mark.slow(reason="167 s on the 2-core VM; the grid's SIGKILL resume, on the same launch layer, stays in CI")
 def test_adaptive_driver_sigkill_then_resume(tmp_path):
     import yaml
 

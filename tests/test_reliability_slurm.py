@@ -205,7 +205,7 @@ def test_a_sweep_runs_on_both_nodes_steps_once_each_and_leaves_nothing(slurm, tm
     report("slurm_sweep", configurations=len(runs), nodes=2)
 
 
-@pytest.mark.slow  # 659 s on the 2-core VM (2026-11-29; Slurm holds a requeued job ~2 min): CI ran past 60 min
+@pytest.mark.slow(reason="659 s on the 2-core VM: Slurm holds a requeued job about 2 min")
 def test_requeue_scancel_and_the_time_limit_each_stop_and_resume_without_training_twice(slurm, tmp_path):
     shared = tmp_path / "shared"
     uri = f"sqlite:///{shared}/mlflow.db"

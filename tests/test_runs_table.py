@@ -17,6 +17,8 @@ from grokray.tracking.records import record_line
 from grokray.tracking.schema import PACK_ID_TAG, RUNS_SUMMARY_TAG
 from grokray.tracking.store import Store
 
+pytestmark = pytest.mark.launch  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
+
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml"
 READ_BACK: list[str] = []  # the parents whose children were read from the store while the launches ran
 SEARCHES: list[str] = []  # the filter of every search the launches' drivers made

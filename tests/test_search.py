@@ -12,6 +12,8 @@ from optuna.trial import TrialState
 from grokray.search.config import start_trial
 from grokray.spec import load_spec
 
+pytestmark = pytest.mark.launch  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
+
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "sweeps" / "degrok_toy.yaml"
 

@@ -274,7 +274,7 @@ def test_the_module_tables_the_functional_call_swaps_are_still_torchs():
     lin._parameters["weight"] = saved
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="20-30 s compiling; the module family's captured step runs in test_capture.py")
 def test_a_compiled_module_pack_computes_what_the_eager_one_does():
     """train.capture: compiled on the module family (its forward compiled through functional_call under vmap): the
     same parameters as eager after 60 steps, within float tolerance, and no fallback to eager (20-30 s compiling)."""

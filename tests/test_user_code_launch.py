@@ -69,7 +69,7 @@ def test_a_sweep_of_the_users_own_module_and_data_on_ray_and_mlflow(tmp_path):
     assert "model.kwargs.width" in analyzed.stdout and "task.train_fraction" in analyzed.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a 30,000-step launch stopped, resumed, then a search; the module launch runs in make library")
 def test_a_ctrl_c_then_resume_trains_no_finished_configuration_again_and_search_works(tmp_path):
     """From the user's project directory, as they would type it: a sweep stopped by Ctrl-C after its first pack
     finished, then `--resume`; then `grokray search` over the module's learning rate."""

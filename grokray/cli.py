@@ -136,7 +136,7 @@ def _run(args) -> int:
         gpus = local_gpu_count()  # this machine's cards, if it has any
         plan = expand(spec, slots=local_slots(spec, gpus=gpus))
         est = estimate(plan, spec.name, args.tracking_uri, not args.no_calibrate, args.spec, gpus=gpus)
-        print("\n".join(est.lines()))
+        print("\n".join([*est.lines(), *family_lines(plan)]))
         return 0
 
     from .run.grid import run_sweep
@@ -147,6 +147,23 @@ def _run(args) -> int:
     print(f"{summary.configurations} configurations in {summary.packs} packs, {clock(summary.wall_s)} in all "
           f"(Ray's start to its stop); Ray Tune results: {summary.experiment_path}")
     return _finish(summary, spec.name)
+
+
+def family_lines(plan, most: int = 8) -> list[str]:
+    """What a model family says of its configurations in a dry-run (the module family: the factory's call as it
+    will be made), once per distinct line, at most `most` distinct model and task settings."""
+    from .models import MODELS
+
+    seen, lines = set(), []
+    for pack in plan.packs:
+        cfg = pack.members[0].config
+        key = (repr(cfg.model), repr(cfg.task))
+        hook = getattr(MODELS.get(cfg.model.registry_name).build, "dry_run_lines", None)
+        if hook is None or key in seen or len(seen) >= most:
+            continue
+        seen.add(key)
+        lines += [line for line in hook(cfg.model, cfg.task) if line not in lines]
+    return lines
 
 
 def _replay(args) -> int:

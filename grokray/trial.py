@@ -102,6 +102,9 @@ def parse_trial(raw: dict) -> TrialConfig:
         if model is not None and task is not None:
             entry.build.check_task(model, task, "model")
     with mistakes.check():
+        if model is not None and task is not None and "train" in blocks and hasattr(entry.build, "check_train"):
+            entry.build.check_train(model, task, blocks["train"])  # what a family needs of the training settings
+    with mistakes.check():
         if model is not None and "train" in blocks:
             check_degrok(entry, model, task, blocks["train"], optim)
     with mistakes.check():

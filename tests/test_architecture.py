@@ -230,7 +230,7 @@ ADAPTERS = {
     ("grokray/optim/primitives.py", "_fused_adam_"), ("grokray/optim/primitives.py", "_fused_adamw_"),
     ("grokray/search/study.py", "_storage"), ("grokray/search/study.py", "_trial_id"),
     ("grokray/run/launch.py", "_local_tuner"), ("grokray/capture.py", "_dynamo"),
-    ("grokray/models/module.py", "_parameters"), ("grokray/models/module.py", "_buffers"),
+    ("grokray/models/user_module.py", "_parameters"), ("grokray/models/user_module.py", "_buffers"),
     ("tests/test_run_resume.py", "_local_tuner"), ("tests/test_capture.py", "_dynamo"),  # the adapters' tests
     ("tests/test_user_code.py", "_parameters"), ("tests/test_user_code.py", "_buffers"),
 }

@@ -31,7 +31,7 @@ NOT_RUN = {
     "make test": "the default suite: CI's first step, before the tier this test runs in",
     "grokray atlas --scale paper sweeps/liu_fig6b_toy_regression.yaml": "186 min (its page); the README's line "
                                                                         "before it is its --dry-run",
-    "grokray analyze --experiment own-model": "reads the own-model launch, run here as its dry-run",
+    "grokray analyze --experiment own-model -o figs-own": "reads the own-model launch, run here as its dry-run",
     "grokray search sweeps/degrok_toy.yaml --resume --n-trials 60": "grows the study of the full search, run here "
                                                                      "as its dry-run",
 }

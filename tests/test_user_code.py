@@ -250,6 +250,106 @@ def test_bad_user_code_is_one_line_naming_the_field_and_nothing_starts(block, va
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "nolabels.npz"]  # no store, no results
 
 
+def test_a_module_that_casts_to_float32_is_refused_under_float64_naming_train_dtype(tmp_path, capsys, monkeypatch):
+    """Issue 70: `train.dtype: float64` with a module that calls `.float()` passed every check and died mid-training
+    with "expected scalar type Double but found Float" (exit 1). Now one line naming train.dtype, exit 2, nothing
+    written; the same module trains in float32, and a module that follows its parameters' dtype trains in float64."""
+    import yaml
+
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(USERPKG))
+    raw = {"name": "onehot", "task": {"name": "modular", "op": "mul", "p": 7, "train_fraction": 0.6},
+           "model": {"name": "module", "factory": "userpkg.models:OneHotMLP", "kwargs": {"width": 8}},
+           "optim": {"default": {"name": "adamw", "lr": 1e-2}},
+           "train": {"steps": 5, "dtype": "float64"}, "phases": {"budget": 5}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
+    code = main(["run", str(tmp_path / "spec.yaml"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db",
+                 "--storage", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("grokray: error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("grokray: error: train.dtype: got 'float64'") and "allowed: float32" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+    for ok in ({**raw, "train": {"steps": 5}}, {**MLP, "train": {"steps": 5, "dtype": "float64"}}):
+        trainer = PackTrainer([build_spec(ok).first_trial()])
+        trainer.run()
+        assert trainer.results()[0].steps_run == 5
+
+
+def test_the_dry_run_prints_the_factory_call_and_names_a_size_it_does_not_fill(tmp_path, capsys, monkeypatch):
+    """Issue 70: grokray fills only the task sizes it names (out_features, vocab_size, ...); a factory taking `p`
+    silently kept its default. The dry-run prints each call as it will be made and names such a parameter."""
+    import yaml
+
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(USERPKG))
+    lines = {}
+    for factory in ("OneHotMLP", "EmbedMLP"):
+        raw = {"name": "calls", "task": {"name": "modular", "p": 7, "train_fraction": 0.6},
+               "model": {"name": "module", "factory": f"userpkg.models:{factory}", "kwargs": {"width": 8}},
+               "train": {"steps": 5}, "phases": {"budget": 5}}
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
+        assert main(["run", str(tmp_path / "spec.yaml"), "--dry-run", "--no-calibrate",
+                     "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
+        lines[factory] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("model.factory:")]
+    assert lines["OneHotMLP"] == ["model.factory:  userpkg.models:OneHotMLP(out_features=7, vocab_size=7, width=8)"]
+    call, unfilled = lines["EmbedMLP"]
+    assert call == "model.factory:  userpkg.models:EmbedMLP(out_features=7, width=8)"
+    assert "parameter 'p' looks like a task size but is not filled (its default 97 is used)" in unfilled
+    assert "grokray fills only num_classes, out_features, seq_len, vocab_size" in unfilled
+
+
+def test_attention_packs_batched_and_an_op_without_a_batching_rule_is_named_by_the_dry_run(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """Issue 70: nn.MultiheadAttention (and F.scaled_dot_product_attention) under the pack's vmap ran member by
+    member (torch has no batching rule for its fused CPU kernel, and warned at every step). A pack of an ordinary
+    attention module trains without that fallback, each member as the module alone (float64); an op that does fall
+    back (torch.renorm) is named by the dry-run, found when the module is checked."""
+    import warnings
+
+    import yaml
+
+    from grokray.cli import main
+    from grokray.models.user_module import build_module
+
+    monkeypatch.syspath_prepend(str(USERPKG))
+    raw = {"task": {"name": "modular", "p": 7, "train_fraction": 0.6},
+           "model": {"name": "module", "factory": "userpkg.models:MHATransformer"},
+           "optim": {"default": {"name": "adamw", "lr": 1e-2}},
+           "train": {"steps": 3, "dtype": "float64"}, "phases": {"budget": 3}, "seeds": [0, 1]}
+    configs = build_spec(raw).trials()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = PackTrainer(configs)
+        trainer.compact = False
+        trainer.run(until=1)
+    assert not [w for w in caught if "batching rule" in str(w.message)], [str(w.message)[:120] for w in caught]
+    data = configs[0].task.data()
+    x = data.x[:5]
+    with torch.no_grad():
+        packed = trainer.model.forward(x.unsqueeze(0).expand(len(configs), *x.shape))
+        for k, state in enumerate(trainer.member_states()):  # each member as the module alone computes it
+            alone = build_module(configs[k].model, data).double()
+            alone.load_state_dict(state)
+            assert torch.allclose(packed[k], alone(x), atol=1e-10, rtol=0), k
+    monkeypatch.chdir(tmp_path)
+    renorm = {"name": "renorm", **raw, "model": {"name": "module", "factory": "userpkg.models:RenormMLP"},
+              "train": {"steps": 3}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(renorm))
+    assert main(["run", str(tmp_path / "spec.yaml"), "--dry-run", "--no-calibrate",
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
+    out = capsys.readouterr().out
+    assert "`aten::renorm` runs member by member under vmap" in out and "expect no gain from packing" in out
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"name": "mha", **raw}))
+    assert main(["run", str(tmp_path / "spec.yaml"), "--dry-run", "--no-calibrate",
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
+    assert "member by member" not in capsys.readouterr().out
+
+
 def test_workers_get_the_drivers_code_paths():
     """What crosses to a Tune worker: the directory the user's package was imported from, put on its sys.path
     before it parses its configurations (a worker runs in its trial's folder, not the user's)."""
@@ -264,7 +364,7 @@ def test_workers_get_the_drivers_code_paths():
 
 
 def test_the_module_tables_the_functional_call_swaps_are_still_torchs():
-    """The adapter in grokray/models/module.py (Functional) writes a member's tensors into Module._parameters and
+    """The adapter in grokray/models/user_module.py (Functional) writes a member's tensors into Module._parameters and
     _buffers: if torch renames them or stops reading them in the forward, this fails by name."""
     lin, norm = torch.nn.Linear(2, 1), torch.nn.BatchNorm1d(2)
     assert lin._parameters["weight"] is lin.weight and norm._buffers["running_mean"] is norm.running_mean

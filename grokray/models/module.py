@@ -15,196 +15,13 @@ one member's rows, [B, ...] (integer symbol ids or float features, as the task g
 
 from __future__ import annotations
 
-import fnmatch
-import inspect
-import json
-from dataclasses import dataclass, field
-from typing import Literal
-
 import torch
 
-from ..config import bounded, to_dict, unknown_key_error
-from ..errors import SpecError
-from ..user_code import import_reference
 from . import MODELS
 from .base import PackedModel
 from .heads import ClassificationHead, OneHotMSEHead, ScalarRegressionHead, TargetVectorHead, target_vectors
-
-# Modules whose state changes in the forward (running statistics): the member's math would depend on its batches'
-# history in a way vmap cannot batch, and a pack would have to carry it as state.
-STATEFUL_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm,
-                  torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d)
-DROPOUT = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
-           torch.nn.FeatureAlphaDropout)
-ONE_GROUP = "all"
-REST_GROUP = "rest"
-
-
-@dataclass
-class ModuleConfig:
-    factory: str = ""  # "package.module:callable" returning one torch.nn.Module (a class works too)
-    kwargs: dict = field(default_factory=dict)  # the factory's keyword arguments; any may be swept (model.kwargs.width)
-    # optimizer groups by parameter-name patterns (fnmatch), e.g. {embedding: ["embed.*"]}; the parameters no
-    # pattern matches form the group `rest`. Without groups, one group `all`.
-    groups: dict = field(default_factory=dict)
-    loss: Literal["cross_entropy", "mse", "target_vectors"] = "cross_entropy"  # regression tasks: squared error
-    target_dim: int = bounded(30, ge=1, doc="target_vectors: dimension of each class's fixed random target")
-
-    def validate(self, path):
-        if not self.factory:
-            raise SpecError(f"{path}.factory", "missing; expected 'package.module:callable' that returns a "
-                            "torch.nn.Module")
-        if not callable(import_reference(self.factory, f"{path}.factory")):
-            raise SpecError(f"{path}.factory", f"{self.factory!r} is not callable; expected a function or a class "
-                            "that builds a torch.nn.Module")
-        for name, patterns in self.groups.items():
-            if not isinstance(name, str) or not name.isidentifier() or name in ("default", ONE_GROUP, REST_GROUP):
-                raise SpecError(f"{path}.groups", f"got group {name!r}; a group is named like an identifier, other "
-                                f"than default, {ONE_GROUP} and {REST_GROUP}")
-            if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
-                raise SpecError(f"{path}.groups.{name}", f"expected a list of parameter-name patterns, e.g. "
-                                f"['embed.*'], got {patterns!r}")
-        json.dumps(self.kwargs)  # plain values only: they travel to every worker as JSON
-
-
-def module_groups(cfg: ModuleConfig) -> tuple[str, ...]:
-    return (*cfg.groups, REST_GROUP) if cfg.groups else (ONE_GROUP,)
-
-
-def group_of_name(cfg: ModuleConfig, name: str) -> str:
-    """The first group whose patterns match parameter `name`."""
-    for group, patterns in cfg.groups.items():
-        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
-            return group
-    return REST_GROUP if cfg.groups else ONE_GROUP
-
-
-def out_features(cfg: ModuleConfig, data) -> int:
-    if data.num_classes is None:
-        return 1
-    return cfg.target_dim if cfg.loss == "target_vectors" else data.num_classes
-
-
-def task_facts(cfg: ModuleConfig, data) -> dict:
-    """The task's sizes, for a factory that names them as parameters (`nn.Linear` takes in/out_features)."""
-    symbols = not data.x.is_floating_point()
-    facts = {"out_features": out_features(cfg, data), "num_classes": data.num_classes,
-             "vocab_size": data.vocab_size if symbols else None,
-             "seq_len": int(data.x.shape[1]) if symbols and data.x.dim() > 1 else None,
-             "in_features": int(data.x.shape[-1]) if not symbols else None}
-    return {k: v for k, v in facts.items() if v is not None}
-
-
-def build_module(cfg: ModuleConfig, data, gen: torch.Generator | None = None) -> torch.nn.Module:
-    """One module from the factory; with `gen`, drawn from it (torch's global generator set to its state while the
-    factory runs, `gen` then continuing from where the factory left it)."""
-    factory = import_reference(cfg.factory, "model.factory")
-    try:
-        names = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        names = {}
-    open_ended = not names or any(p.kind == inspect.Parameter.VAR_KEYWORD for p in names.values())
-    for key in cfg.kwargs:
-        if not open_ended and key not in names:
-            raise unknown_key_error("model.kwargs", key, [n for n, p in names.items() if p.kind in (
-                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)])
-    kwargs = {k: v for k, v in task_facts(cfg, data).items() if k in names and k not in cfg.kwargs} | cfg.kwargs
-    try:
-        if gen is None:
-            module = factory(**kwargs)
-        else:
-            with torch.random.fork_rng(devices=[]):
-                torch.default_generator.set_state(gen.get_state())
-                module = factory(**kwargs)
-                gen.set_state(torch.default_generator.get_state())
-    except Exception as exc:  # noqa: BLE001 - the user's factory failed: said in one line, before anything starts
-        raise SpecError("model.factory", f"{cfg.factory}(**{dict(sorted(kwargs.items()))}) raised "
-                        f"{type(exc).__name__}: {exc}") from None
-    if not isinstance(module, torch.nn.Module):
-        raise SpecError("model.factory", f"{cfg.factory}(**{dict(sorted(kwargs.items()))}) returned a "
-                        f"{type(module).__name__}; expected a torch.nn.Module")
-    return module
-
-
-class Functional:
-    """One module run over stacked [K, ...] parameters and buffers: `vmap` of a functional call, at K = 1 too: a
-    member alone then computes what it computes in any pack, bit for bit (a plain call rounds differently, and Adam
-    turns a difference in a gradient that should be zero, such as an attention key's bias, into a full step).
-
-    Eagerly, the call puts the member's tensors into the module's own parameter and buffer slots (torch's private
-    `Module._parameters` and `_buffers` tables) and takes them out again. The public API that does this,
-    torch.func.functional_call, checks for tied and missing names at every call, a fifth of a small model's step;
-    tests/test_user_code.py fails by name if torch renames the tables. Under torch.compile (train.capture:
-    compiled) the call is functional_call, which dynamo knows.
-    """
-
-    def __init__(self, module: torch.nn.Module):
-        self.module = module
-        # every slot, a tied one too, by the name named_parameters()/named_buffers() gives its tensor
-        canonical = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
-        self.slots = [(table, attr, canonical[id(t)], kind) for sub in module.modules()
-                      for kind, table in (("params", sub._parameters), ("buffers", sub._buffers))
-                      for attr, t in table.items() if t is not None]
-        self.batched = torch.func.vmap(self._call, randomness="different")
-
-    def _call(self, params, buffers, x):
-        if torch.compiler.is_compiling():
-            return torch.func.functional_call(self.module, (params, buffers), (x,))
-        saved = []
-        try:
-            for table, attr, name, kind in self.slots:
-                saved.append(table[attr])
-                table[attr] = params[name] if kind == "params" else buffers[name]
-            return self.module(x)
-        finally:
-            for (table, attr, _, _), original in zip(self.slots, saved, strict=False):
-                table[attr] = original
-
-    def __call__(self, params: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
-        return self.batched(params, buffers, x)
-
-
-_checked: dict[str, None] = {}
-
-
-def check_module(cfg: ModuleConfig, task) -> None:
-    """What a pack needs of the module, checked once per model and task configuration before anything starts (every
-    configuration of a sweep is parsed, so the task's data is built only for one not checked yet): it builds, has
-    parameters, keeps no running statistics, its groups match parameters, and two members' forward on two rows
-    gives [2, 2, out]."""
-    key = json.dumps([to_dict(cfg), to_dict(task)], sort_keys=True, default=str)
-    if key in _checked:
-        return
-    data = task.data()
-    module = build_module(cfg, data)
-    for name, sub in module.named_modules():
-        if isinstance(sub, STATEFUL_NORMS) and getattr(sub, "track_running_stats", False):
-            raise SpecError("model.factory", f"the module uses {type(sub).__name__} at {name!r}, whose running "
-                            "statistics change in the forward; not supported in a pack: use LayerNorm, GroupNorm or "
-                            "none")
-    names = [n for n, _ in module.named_parameters()]
-    if not names:
-        raise SpecError("model.factory", f"{cfg.factory} built a module with no parameters")
-    for group in cfg.groups:
-        if not any(group_of_name(cfg, n) == group for n in names):
-            raise SpecError(f"model.groups.{group}", f"matches none of the module's parameters; they are: "
-                            f"{', '.join(names[:20])}")
-    out = out_features(cfg, data)
-    x = data.x[:2].unsqueeze(0).expand(2, *data.x[:2].shape)
-    stacked = {n: torch.stack([p.detach()] * 2) for n, p in module.named_parameters()}
-    buffers = {n: torch.stack([b] * 2) for n, b in module.named_buffers()}
-    x = x.to(next(iter(stacked.values())).dtype) if x.is_floating_point() else x
-    try:
-        with torch.no_grad():
-            y = Functional(module.train())(stacked, buffers, x)
-    except Exception as exc:  # noqa: BLE001 - the user's forward under vmap: its error, in one line
-        raise SpecError("model.factory", f"the module's forward on 2 rows of task {task.registry_name!r} (inputs "
-                        f"{tuple(data.x.shape[1:])} {data.x.dtype}), batched over members by torch.func.vmap, raised "
-                        f"{type(exc).__name__}: {str(exc)[:300]}") from None
-    if tuple(y.shape) not in ((2, 2, out),) + (((2, 2),) if data.num_classes is None else ()):
-        raise SpecError("model.factory", f"the module returns {tuple(y.shape[1:])} for 2 rows; expected (2, {out}) "
-                        f"(loss {cfg.loss!r} on task {task.registry_name!r})")
-    _checked[key] = None
+from .module_check import check_dtype, check_module, dry_run_lines
+from .user_module import DROPOUT, ONE_GROUP, Functional, ModuleConfig, build_module, group_of_name, module_groups
 
 
 @MODELS.register("module", ModuleConfig)
@@ -233,6 +50,16 @@ class ModuleFamily(PackedModel):
     @staticmethod
     def check_task(model, task, path):
         check_module(model, task)
+
+    @staticmethod
+    def dry_run_lines(model, task) -> list[str]:
+        return dry_run_lines(model, task)
+
+    @staticmethod
+    def check_train(model, task, train) -> None:
+        """The module's forward in the pack's dtype: a module that casts to float32 is refused naming train.dtype
+        before anything starts (it died mid-training with a traceback)."""
+        check_dtype(model, task, train.dtype)
 
     @staticmethod
     def cross_entropy(model, task) -> bool:

@@ -1,0 +1,168 @@
+"""The user's module, built and called: its config (model.factory, kwargs, groups), the factory's call with the task's
+sizes it names, and one module run over K members' stacked parameters (torch.func). The `module` family
+(models/module.py) packs it; models/module_check.py checks it before anything starts."""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..config import bounded, unknown_key_error
+from ..errors import SpecError
+from ..user_code import import_reference
+
+# Modules whose state changes in the forward (running statistics): the member's math would depend on its batches'
+# history in a way vmap cannot batch, and a pack would have to carry it as state.
+STATEFUL_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm,
+                  torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d)
+DROPOUT = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
+           torch.nn.FeatureAlphaDropout)
+ONE_GROUP = "all"
+REST_GROUP = "rest"
+
+
+@dataclass
+class ModuleConfig:
+    factory: str = ""  # "package.module:callable" returning one torch.nn.Module (a class works too)
+    kwargs: dict = field(default_factory=dict)  # the factory's keyword arguments; any may be swept (model.kwargs.width)
+    # optimizer groups by parameter-name patterns (fnmatch), e.g. {embedding: ["embed.*"]}; the parameters no
+    # pattern matches form the group `rest`. Without groups, one group `all`.
+    groups: dict = field(default_factory=dict)
+    loss: Literal["cross_entropy", "mse", "target_vectors"] = "cross_entropy"  # regression tasks: squared error
+    target_dim: int = bounded(30, ge=1, doc="target_vectors: dimension of each class's fixed random target")
+
+    def validate(self, path):
+        if not self.factory:
+            raise SpecError(f"{path}.factory", "missing; expected 'package.module:callable' that returns a "
+                            "torch.nn.Module")
+        if not callable(import_reference(self.factory, f"{path}.factory")):
+            raise SpecError(f"{path}.factory", f"{self.factory!r} is not callable; expected a function or a class "
+                            "that builds a torch.nn.Module")
+        for name, patterns in self.groups.items():
+            if not isinstance(name, str) or not name.isidentifier() or name in ("default", ONE_GROUP, REST_GROUP):
+                raise SpecError(f"{path}.groups", f"got group {name!r}; a group is named like an identifier, other "
+                                f"than default, {ONE_GROUP} and {REST_GROUP}")
+            if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+                raise SpecError(f"{path}.groups.{name}", f"expected a list of parameter-name patterns, e.g. "
+                                f"['embed.*'], got {patterns!r}")
+        json.dumps(self.kwargs)  # plain values only: they travel to every worker as JSON
+
+
+def module_groups(cfg: ModuleConfig) -> tuple[str, ...]:
+    return (*cfg.groups, REST_GROUP) if cfg.groups else (ONE_GROUP,)
+
+
+def group_of_name(cfg: ModuleConfig, name: str) -> str:
+    """The first group whose patterns match parameter `name`."""
+    for group, patterns in cfg.groups.items():
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            return group
+    return REST_GROUP if cfg.groups else ONE_GROUP
+
+
+def out_features(cfg: ModuleConfig, data) -> int:
+    if data.num_classes is None:
+        return 1
+    return cfg.target_dim if cfg.loss == "target_vectors" else data.num_classes
+
+
+def task_facts(cfg: ModuleConfig, data) -> dict:
+    """The task's sizes, for a factory that names them as parameters (`nn.Linear` takes in/out_features)."""
+    symbols = not data.x.is_floating_point()
+    facts = {"out_features": out_features(cfg, data), "num_classes": data.num_classes,
+             "vocab_size": data.vocab_size if symbols else None,
+             "seq_len": int(data.x.shape[1]) if symbols and data.x.dim() > 1 else None,
+             "in_features": int(data.x.shape[-1]) if not symbols else None}
+    return {k: v for k, v in facts.items() if v is not None}
+
+
+def factory_parameters(factory) -> dict:
+    try:
+        return dict(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def factory_kwargs(cfg: ModuleConfig, data, factory=None) -> dict:
+    """The keyword arguments the factory is called with: the task's sizes it names as parameters (task_facts),
+    then model.kwargs."""
+    factory = factory or import_reference(cfg.factory, "model.factory")
+    names = factory_parameters(factory)
+    open_ended = not names or any(p.kind == inspect.Parameter.VAR_KEYWORD for p in names.values())
+    for key in cfg.kwargs:
+        if not open_ended and key not in names:
+            raise unknown_key_error("model.kwargs", key, [n for n, p in names.items() if p.kind in (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)])
+    return {k: v for k, v in task_facts(cfg, data).items() if k in names and k not in cfg.kwargs} | cfg.kwargs
+
+
+def build_module(cfg: ModuleConfig, data, gen: torch.Generator | None = None) -> torch.nn.Module:
+    """One module from the factory; with `gen`, drawn from it (torch's global generator set to its state while the
+    factory runs, `gen` then continuing from where the factory left it)."""
+    factory = import_reference(cfg.factory, "model.factory")
+    kwargs = factory_kwargs(cfg, data, factory)
+    try:
+        if gen is None:
+            module = factory(**kwargs)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.default_generator.set_state(gen.get_state())
+                module = factory(**kwargs)
+                gen.set_state(torch.default_generator.get_state())
+    except Exception as exc:  # noqa: BLE001 - the user's factory failed: said in one line, before anything starts
+        raise SpecError("model.factory", f"{cfg.factory}(**{dict(sorted(kwargs.items()))}) raised "
+                        f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(module, torch.nn.Module):
+        raise SpecError("model.factory", f"{cfg.factory}(**{dict(sorted(kwargs.items()))}) returned a "
+                        f"{type(module).__name__}; expected a torch.nn.Module")
+    return module
+
+
+class Functional:
+    """One module run over stacked [K, ...] parameters and buffers: `vmap` of a functional call, at K = 1 too: a
+    member alone then computes what it computes in any pack, bit for bit (a plain call rounds differently, and Adam
+    turns a difference in a gradient that should be zero, such as an attention key's bias, into a full step).
+
+    Eagerly, the call puts the member's tensors into the module's own parameter and buffer slots (torch's private
+    `Module._parameters` and `_buffers` tables) and takes them out again. The public API that does this,
+    torch.func.functional_call, checks for tied and missing names at every call, a fifth of a small model's step;
+    tests/test_user_code.py fails by name if torch renames the tables. Under torch.compile (train.capture:
+    compiled) the call is functional_call, which dynamo knows.
+    """
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        # every slot, a tied one too, by the name named_parameters()/named_buffers() gives its tensor
+        canonical = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
+        self.slots = [(table, attr, canonical[id(t)], kind) for sub in module.modules()
+                      for kind, table in (("params", sub._parameters), ("buffers", sub._buffers))
+                      for attr, t in table.items() if t is not None]
+        self.batched = torch.func.vmap(self._call, randomness="different")
+
+    def _call(self, params, buffers, x):
+        if torch.compiler.is_compiling():
+            return torch.func.functional_call(self.module, (params, buffers), (x,))
+        saved = []
+        try:
+            for table, attr, name, kind in self.slots:
+                saved.append(table[attr])
+                table[attr] = params[name] if kind == "params" else buffers[name]
+            return self.module(x)
+        finally:
+            for (table, attr, _, _), original in zip(self.slots, saved, strict=False):
+                table[attr] = original
+
+    def __call__(self, params: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return self.batched(params, buffers, x)
+        # torch's fused attention kernels (flash, memory-efficient; F.scaled_dot_product_attention, and
+        # nn.MultiheadAttention with need_weights=False) have no batching rule, so vmap ran them member by member;
+        # the math backend is matmuls and a softmax, which vmap batches (issue 70: 1.00x a plain loop against 0.67x)
+        with sdpa_kernel([SDPBackend.MATH]):
+            return self.batched(params, buffers, x)

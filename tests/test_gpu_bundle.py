@@ -4,8 +4,8 @@ there with nothing else importable: an interpreter without site-packages, the bu
 stand-in for the device image holding only the packages the image lists (taken from this environment: torch and
 what grokray's closure finds in the image). A missing dependency fails the test naming the module.
 
-Marker `library` (`make library`, which CI runs): it fetches ~55 MiB of wheels from the registry (pip's cache makes
-a second run quick) and trains two smoke launches, ~3 min on 2 cores."""
+Marker `slow` since issue 69 (`make test-slow`; it ran in CI's `make library` before): it fetches ~55 MiB of
+wheels from the registry (pip's cache makes a second run quick) and trains two smoke launches, ~3 min on 2 cores."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "benchmarks" / "gpu_bundle.py"
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
-pytestmark = pytest.mark.library
+pytestmark = pytest.mark.slow(reason="the GPU session's bundle, about 2 min and 55 MiB of wheels: run it before a "
+                                     "device call (benchmarks/gpu_session.sh) or when benchmarks/gpu_bundle.py changes")
 
 
 def _norm(name: str) -> str:

@@ -50,6 +50,8 @@ def factory_call_lines(cfg: ModuleConfig, data) -> list[str]:
 
 
 _checked: dict[str, None] = {}
+FALLBACK = re.compile(r"batching rule for (aten::\w+(?:\.\w+)?)")
+_fallbacks: dict[str, list[str]] = {}  # check key -> the ops vmap runs member by member in that module
 
 
 def _check_key(cfg: ModuleConfig, task, dtype: str) -> str:
@@ -79,26 +81,24 @@ def check_module(cfg: ModuleConfig, task, dtype: str = "float32") -> None:
             raise SpecError(f"model.groups.{group}", f"matches none of the module's parameters; they are: "
                             f"{', '.join(names[:20])}")
     out = out_features(cfg, data)
-    try:
-        with warnings.catch_warnings():  # its fallbacks are found and said below, once, in grokray's words
-            warnings.filterwarnings("ignore", message=".*batching rule")
-            y = two_member_forward(module, data, dtype)
+    try:  # one forward and backward, as a pack's step runs them; torch's fallback warnings are read, not shown
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = two_member_forward(module, data, dtype, backward=True)
     except Exception as exc:  # noqa: BLE001 - the user's forward under vmap: its error, in one line
         if dtype != "float32" and _runs_in_float32(module, data):
             raise SpecError("train.dtype", f"got {dtype!r}, but the module's forward fails with its parameters in "
                             f"{dtype} ({type(exc).__name__}: {str(exc)[:160]}), as a module that casts to float32 "
                             "(.float()) does; allowed: float32, or make the module follow its parameters' dtype "
                             "(x.to(self.weight.dtype))") from None
-        raise SpecError("model.factory", f"the module's forward on 2 rows of task {task.registry_name!r} (inputs "
-                        f"{tuple(data.x.shape[1:])} {data.x.dtype}), batched over members by torch.func.vmap, raised "
-                        f"{type(exc).__name__}: {str(exc)[:300]}") from None
+        raise SpecError("model.factory", f"the module's forward and backward on 2 rows of task "
+                        f"{task.registry_name!r} (inputs {tuple(data.x.shape[1:])} {data.x.dtype}), batched over "
+                        f"members by torch.func.vmap, raised {type(exc).__name__}: {str(exc)[:300]}") from None
     if tuple(y.shape) not in ((2, 2, out),) + (((2, 2),) if data.num_classes is None else ()):
         raise SpecError("model.factory", f"the module returns {tuple(y.shape[1:])} for 2 rows; expected (2, {out}) "
                         f"(loss {cfg.loss!r} on task {task.registry_name!r})")
-    try:
-        _fallbacks[key] = member_by_member_ops(module, data, dtype)
-    except Exception:  # noqa: BLE001 - a module whose backward fails here fails in training, with its own words
-        _fallbacks[key] = []
+    # the ops vmap ran member by member (torch warns each time): a pack of them gains nothing
+    _fallbacks[key] = sorted({m.group(1) for w in caught if (m := FALLBACK.search(str(w.message)))})
     _checked[key] = None
 
 
@@ -115,19 +115,6 @@ def two_member_forward(module: torch.nn.Module, data, dtype: str, backward: bool
         if backward and y.is_floating_point():
             y.float().sum().backward()
     return y.detach()
-
-
-FALLBACK = re.compile(r"batching rule for (aten::\w+(?:\.\w+)?)")
-_fallbacks: dict[str, list[str]] = {}  # check key -> the ops vmap runs member by member in that module
-
-
-def member_by_member_ops(module: torch.nn.Module, data, dtype: str) -> list[str]:
-    """The ops of the module's forward and backward that torch.func.vmap has no batching rule for: it runs them
-    once per member, in a loop, so a pack of them gains nothing. Read from the warning torch gives each time."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        two_member_forward(module, data, dtype, backward=True)
-    return sorted({m.group(1) for w in caught if (m := FALLBACK.search(str(w.message)))})
 
 
 def _runs_in_float32(module: torch.nn.Module, data) -> bool:

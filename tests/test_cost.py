@@ -148,7 +148,9 @@ def test_a_slow_first_step_is_not_taken_for_the_step_cost(monkeypatch):
     import grokray.engine.cost as engine  # the trainer the calibration builds
 
     monkeypatch.setattr(engine, "make_trainer", lambda configs, device="cpu": _FirstStepSlowTrainer())
-    assert step_seconds([None]) < 0.01  # the warm 1 ms steps, not the 0.3 s start-up
+    # the warm 1 ms steps, not the 0.3 s start-up: a bound far from both, since a loaded machine (make test runs two
+    # processes) stretched the 1 ms sleeps past 10 ms (issue 69: 11.9 ms in a fresh clone)
+    assert step_seconds([None]) < 0.1
     monkeypatch.setattr(engine, "make_trainer", lambda configs, device="cpu": _FirstStepSlowTrainer(0.3, 0.3, 5))
     assert step_seconds([None]) == pytest.approx(0.3, rel=0.5)  # a genuinely slow step (an RFM iteration) stays
 

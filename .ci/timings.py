@@ -15,14 +15,11 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-def steps(path: Path) -> list[tuple[str, float, str, float]]:
-    """(name, seconds, exit code, start) per step; steps that ran at once overlap in [start, start + seconds]."""
-    out, clock = [], 0.0
+def steps(path: Path) -> list[tuple[str, float, str]]:
+    out = []
     for line in path.read_text().splitlines() if path.exists() else []:
-        name, seconds, code, *start = line.split()
-        begun = float(start[0]) if start else clock
-        out.append((name, float(seconds), code, begun))
-        clock = begun + float(seconds)
+        name, seconds, code = line.split()
+        out.append((name, float(seconds), code))
     return out
 
 
@@ -42,10 +39,9 @@ def main(argv: list[str]) -> int:
     slowest = int(argv[3]) if len(argv) > 3 else 30
     ran = steps(step_file)
     print("\nci: wall time per step")
-    for name, seconds, code, start in ran:
-        print(f"  {name:<12} {minutes(seconds):>8}  from {minutes(start)}  {'' if code == '0' else f'exit {code}'}")
-    span = max((start + s for _, s, _, start in ran), default=0.0) - min((start for *_, start in ran), default=0.0)
-    print(f"  {'total':<12} {minutes(span):>8}  (first start to last end)")
+    for name, seconds, code in ran:
+        print(f"  {name:<12} {minutes(seconds):>8}  {'' if code == '0' else f'exit {code}'}")
+    print(f"  {'total':<12} {minutes(sum(s for _, s, _ in ran)):>8}")
     cases = tests(junit)
     by_tier: dict[str, list[float]] = {}
     for seconds, tier, _, _ in cases:

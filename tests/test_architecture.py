@@ -27,7 +27,7 @@ RANKS = {
     # the search's driver floor, in its own package but above the launch layer it drives
     "grokray.search.launch": 9.5,
     "grokray.terminal": 10, "grokray.ui": 10, "grokray.supervisor": 10, "grokray.cli_parser": 11, "grokray.cli": 12,
-    "grokray": 12,
+    "grokray": 12, "grokray.api": 12,
     "grokray.__main__": 13,
 }
 CORE = ("grokray.errors", "grokray.contracts", "grokray.numbers",
@@ -46,6 +46,8 @@ LAZY_ALLOWED = {
     "grokray.tracking.history": "the tracker (MLflow, through tracking.trackers) loads only when a store is there "
                                 "to measure: a dry-run of a new spec pays none of its seconds of imports",
     "grokray.tracking.trackers": "a URI loads its own backend only: memory:// never imports MLflow",
+    "grokray": "`import grokray` (every submodule's import, a Tune worker's too) loads none of the Python API",
+    "grokray.api": "`train_pack` and `load` load no Ray, Tune or MLflow; `sweep` loads them when it launches",
 }
 
 

@@ -53,9 +53,27 @@ def final_params(configs) -> list[dict]:
     return trainer.member_states()
 
 
-@pytest.mark.parametrize("which", ["mlp", "transformer"])
+# The two modules of issue 70 written the ordinary way: one_hot().float() (so float32), and nn.MultiheadAttention
+# in float64 (float32 rounding turns an attention key bias's zero gradient into Adam's full step, in a plain loop
+# and a pack alike but not identically)
+ORDINARY = {
+    "onehot": {"task": {"name": "modular", "op": "mul", "p": 11, "train_fraction": 0.3},
+               "model": {"name": "module", "factory": "userpkg.models:OneHotMLP", "kwargs": {"width": 16}},
+               "train": {"steps": 20, "dtype": "float32"}},
+    "mha": {"task": {"name": "modular", "p": 7, "train_fraction": 0.6},
+            "model": {"name": "module", "factory": "userpkg.models:MHATransformer"},
+            "train": {"steps": 20, "dtype": "float64"}},
+}
+ORDINARY = {name: {**raw, "optim": {"default": {"name": "adamw", "lr": 1e-2, "weight_decay": 0.5}},
+                   "phases": {"budget": 20, "stop_when_classified": False}} for name, raw in ORDINARY.items()}
+TOLERANCE = {"float32": {"rtol": 1e-4, "atol": 1e-5}, "float64": {"rtol": 1e-7, "atol": 1e-9}}  # a key bias: 1e-11
+
+
+@pytest.mark.parametrize("which", ["mlp", "transformer", "onehot", "mha"])
 def test_a_pack_of_k_members_equals_k_lone_runs(which, monkeypatch):
-    raw = MLP if which == "mlp" else _transformer(monkeypatch)
+    raw = {"mlp": MLP, "transformer": TRANSFORMER, **ORDINARY}[which]
+    if which == "transformer":
+        _transformer(monkeypatch)
     spec = build_spec({**raw, "seeds": [0, 1, 2], "sweep": {"optim.default.lr": {"values": [1e-2, 3e-3]}}})
     configs = spec.trials()
     packed = final_params(configs)
@@ -89,6 +107,55 @@ def test_a_member_equals_the_module_trained_by_a_plain_torch_loop():
         opt.step()
     for name, p in net.named_parameters():
         torch.testing.assert_close(ours[name], p.detach(), rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("which", ["onehot", "mha"])
+def test_an_ordinary_module_member_equals_a_plain_adamw_loop(which):
+    """Issue 70's two fixtures: the module built after torch.manual_seed(seed) and trained full batch by
+    torch.optim.AdamW in float64 starts where grokray's member starts and ends where it ends, to rounding."""
+    from grokray.models.user_module import build_module
+
+    config = build_spec({**ORDINARY[which], "seeds": [2]}).first_trial()
+    [ours] = final_params([config])
+    data = config.task.data()
+    train, _ = config.task.split(data, 2)
+    torch.manual_seed(2)
+    dtype = config.train.dtype
+    net = build_module(config.model, data).to(getattr(torch, dtype))
+    start = build_start(config)
+    assert all(torch.equal(start[n], p.detach()) for n, p in net.named_parameters())
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2, weight_decay=0.5)
+    for _ in range(20):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(data.x[train]), data.y[train]).backward()
+        opt.step()
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(ours[name], p.detach(), **TOLERANCE[dtype], msg=name)
+
+
+def test_the_module_pack_backpropagates_through_training_rows_only(monkeypatch):
+    """Issue 70: a full-batch pack measured every step ran one forward with a backward over every point, held-out
+    rows too (a third of a transformer's step). Seen from inside the module: each step's forward with autograd
+    reads the training rows alone, and the held-out rows are read without it. A toy-sized table (at most
+    JOINT_MAX_POINTS) stays joint, one call being cheaper than two."""
+    from userpkg import models
+
+    from grokray.models.module import JOINT_MAX_POINTS
+
+    raw = {"task": {"name": "modular", "p": 23, "train_fraction": 0.5},
+           "model": {"name": "module", "factory": "userpkg.models:RowRecorder"},
+           "optim": {"default": {"name": "adamw", "lr": 1e-2}}, "seeds": [0, 1, 2],
+           "train": {"steps": 6}, "phases": {"budget": 6, "stop_when_classified": False}}
+    trainer = PackTrainer(build_spec(raw).trials())
+    assert trainer.split and not trainer.joint and len(trainer.y) == 529 > JOINT_MAX_POINTS
+    n_train, n_val = int(trainer.n_train.max()), int(trainer.n_val.max())
+    models.SEEN_ROWS.clear()
+    trainer.run(until=6)
+    with_grad = [rows for rows, grad in models.SEEN_ROWS if grad]
+    assert with_grad == [n_train] * 6 and n_train == 264
+    assert [rows for rows, grad in models.SEEN_ROWS if not grad][:6] == [n_val] * 6
+    small = PackTrainer(build_spec({**raw, "task": {"name": "modular", "p": 11, "train_fraction": 0.5}}).trials())
+    assert small.joint and len(small.y) == 121
 
 
 def build_start(config) -> dict:

@@ -88,7 +88,7 @@ class PackTrainer:
         self.capture = capture_mode(train.capture, self.device)
         self.full_batch = train.batch_size == "full"
         self.batch_size = width if self.full_batch else int(train.batch_size)
-        self.joint, self.split, self.eval_every = measuring(configs, self.model, self.family, n, width)
+        self.joint, self.split, self.eval_every = measuring(configs, self.model, n, width)
         self.check_every = 1 if self.device.type == "cpu" else 16
         self.max_steps = [c.budget_steps for c in configs]
         self.total = max(self.max_steps)
@@ -137,7 +137,7 @@ class PackTrainer:
 
     def _per_sample_xy(self, x, y, rng=None):
         with forward_context(self.precision, self.device):
-            return self.model.head.per_sample(self.model(x, rng), y)
+            return self.model.per_sample(x, y, rng)
 
     def all_points(self):
         """x and y of all N points for every member, [K, N, ...]: the same tensors every step until the pack

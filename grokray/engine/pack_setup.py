@@ -14,16 +14,18 @@ from ..optim import GroupOptimizer
 from .schedule import auto_eval_every
 
 
-def measuring(configs, model, family, n_points: int, width: int) -> tuple[bool, bool, int]:
+def measuring(configs, model, n_points: int, width: int) -> tuple[bool, bool, int]:
     """(joint, split, eval_every). Full batch, small data: every member is measured on all its points every step,
     so crossings are exact. "joint": one forward over all N points is both the training forward and the
-    evaluation. "split", for families whose backward over held-out rows costs more than a second, gradient-free
-    forward over them (the transformer: 1.4-1.5x faster at fraction 0.5): training rows forward and backward,
-    held-out rows forward only. Otherwise a full evaluation every `eval_every` steps."""
+    evaluation. "split", where a backward over held-out rows costs more than a second, gradient-free forward over
+    them (the transformer: 1.4-1.5x faster at fraction 0.5): training rows forward and backward, held-out rows
+    forward only. The model says which (PackedModel.measures_jointly). Otherwise a full evaluation every
+    `eval_every` steps."""
     train = configs[0].train
     every_step = train.batch_size == "full" and not model.uses_dropout and n_points <= max(4096, 2 * width)
     if every_step:
-        return family.joint_forward, not family.joint_forward, 1
+        joint = model.measures_jointly(n_points)
+        return joint, not joint, 1
     gap = min(c.phases.gap for c in configs)
     return False, False, train.eval_every if train.eval_every != "auto" else auto_eval_every(gap)
 

@@ -117,6 +117,16 @@ class PackedModel(torch.nn.Module):
         """x: [K, B, ...] inputs -> [K, B, out_dim]. `rng` (a MemberRandom) is given only in training mode."""
         raise NotImplementedError
 
+    def measures_jointly(self, n_points: int) -> bool:
+        """A full-batch pack measured every step: one forward over all N points, training and held-out, with a
+        backward over all (joint), or forward and backward over the training rows and a gradient-free forward over
+        the held-out rows (split). The family's `joint_forward` says which, measured once for its architecture."""
+        return self.joint_forward
+
+    def per_sample(self, x: torch.Tensor, y: torch.Tensor, rng=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each member's loss and correctness on its rows, [K, B] each: the forward, then the head."""
+        return self.head.per_sample(self(x, rng), y)
+
     # -- shared --------------------------------------------------------------------------------------------
     def p(self, name: str) -> torch.Tensor:
         """The stacked [K, ...] leaf parameter `name` (a view into its group's flat buffer)."""

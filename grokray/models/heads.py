@@ -10,7 +10,10 @@ import torch.nn.functional as F
 
 
 class Head:
-    """Loss and correctness of one output kind. A head with per-member state (its own rows) overrides `select`."""
+    """Loss and correctness of one output kind. A head with per-member state (its own rows) overrides `select`
+    and says `rowwise = False`: its loss of a member's rows needs that member's state, not the rows alone."""
+
+    rowwise = True
 
     def select(self, idx):
         """The head of the members `idx` (a pack compacting away its finished members)."""
@@ -67,6 +70,8 @@ class TargetVectorHead(Head):
 
     `targets` is [K, C, D]: every member draws its own vectors from its own seed.
     """
+
+    rowwise = False
 
     def __init__(self, targets: torch.Tensor):
         self.targets = targets

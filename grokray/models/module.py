@@ -23,6 +23,13 @@ from .heads import ClassificationHead, OneHotMSEHead, ScalarRegressionHead, Targ
 from .module_check import check_dtype, check_module, dry_run_lines
 from .user_module import DROPOUT, ONE_GROUP, Functional, ModuleConfig, build_module, group_of_name, module_groups
 
+# Rows a member chunk holds on a CPU (the module's forward and loss run that many members' rows at a time): the
+# one-hot MLP's 2,822 training rows at fraction 0.3 run 2 members a chunk, Liu's toy (45 rows) a whole pack.
+CPU_CHUNK_ROWS = 8192
+# A full-batch table of at most this many points is measured by one forward over all of them (joint), above it by a
+# forward and backward over the training rows and a gradient-free forward over the held-out ones (split).
+JOINT_MAX_POINTS = 256
+
 
 @MODELS.register("module", ModuleConfig)
 class ModuleFamily(PackedModel):
@@ -32,9 +39,6 @@ class ModuleFamily(PackedModel):
         "optim": {"default": {"name": "adamw", "lr": 1e-2}},
     }
     groups = (ONE_GROUP,)  # without model.groups; groups_for gives a configuration's own
-    # one forward over every point each full-batch step, as the MLP families (measured faster for the toy model; a
-    # user's transformer pays a backward over its held-out rows)
-    joint_forward = True
 
     def __init__(self, configs, data, seeds, init_scales, dtype=torch.float32, device="cpu"):
         self.groups = module_groups(configs[0])
@@ -95,6 +99,25 @@ class ModuleFamily(PackedModel):
         self.member_buffers = {n: b.index_select(0, idx) for n, b in self.member_buffers.items()}
 
     def forward(self, x, rng=None):
+        out = self._run(lambda params: self.functional(params, self.member_buffers, x), x.device, rng)
+        return out.unsqueeze(-1) if out.dim() == 2 else out
+
+    def measures_jointly(self, n_points: int) -> bool:
+        """Joint only on a table of at most JOINT_MAX_POINTS points, where one call costs less than two; above it
+        no backward over held-out rows (a user's transformer at 529 points paid one, a third of its step)."""
+        return n_points <= JOINT_MAX_POINTS
+
+    def per_sample(self, x, y, rng=None):
+        """The forward and the loss together, member by member in chunks of about CPU_CHUNK_ROWS rows on a CPU
+        (user_module.Functional.scored says why); the whole pack at once on a GPU, which wants the larger batch."""
+        if not self.head.rowwise:  # its loss needs each member's own targets
+            return super().per_sample(x, y, rng)
+        chunk = max(1, CPU_CHUNK_ROWS // max(1, x.shape[1])) if x.device.type == "cpu" else None
+        chunk = None if chunk is not None and chunk >= x.shape[0] else chunk
+        return self._run(lambda params: self.functional.scored(self.head, chunk, params, self.member_buffers, x, y),
+                         x.device, rng)
+
+    def _run(self, call, device, rng):
         # train mode but for a dropout model's measuring forwards (eval mode would also route attention to torch's
         # fused inference kernels, which vmap runs member by member and autograd cannot differentiate)
         training = torch.is_grad_enabled() or not self.uses_dropout
@@ -103,14 +126,11 @@ class ModuleFamily(PackedModel):
             self._training = training
         if self._params[0] is not self.leaves:
             self._params = (self.leaves, {name: self.p(name) for name in self.layout})
-        params = self._params[1]
         if rng is not None and self.uses_dropout:  # this step's masks: each member its own, from the pack's streams
-            with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-                torch.manual_seed(int(rng.rand((), torch.float64, x.device).sum().item() * 2**52) % 2**63)
-                out = self.functional(params, self.member_buffers, x)
-        else:
-            out = self.functional(params, self.member_buffers, x)
-        return out.unsqueeze(-1) if out.dim() == 2 else out
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                torch.manual_seed(int(rng.rand((), torch.float64, device).sum().item() * 2**52) % 2**63)
+                return call(self._params[1])
+        return call(self._params[1])
 
     def embeddings(self):
         """The first nn.Embedding's table (Liu's RQI on addition, the Fourier concentration on modular tasks)."""

@@ -1,0 +1,65 @@
+"""grokray from Python (issue 70): `grokray.train_pack` trains a spec in this process and gives back phases, curves
+and parameters; `grokray.sweep` launches it on a real local Ray into a store and gives back the launch's runs as a
+DataFrame, with the same phases and crossing steps; a bad spec raises before anything is written."""
+
+from pathlib import Path
+
+import pytest
+
+import grokray
+from grokray.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
+LONGER = ["train.steps=1000", "phases.budget=1000"]  # the preset's 300 steps leave nearly every cell undecided
+
+
+def test_train_pack_gives_each_members_phase_curve_and_parameters():
+    """The quickstart's smoke grid (decoder lr 1e-4, 1e-2 x decay 0, 2, 5, 10; seed 1) at 1,000 steps, about 3 s:
+    Liu's phases appear (more than one), each row's swept values are its configuration's, a member that
+    generalizes stops at its validation crossing with its curve in step order to its final accuracy, and its
+    parameters are the toy's."""
+    result = grokray.train_pack(QUICKSTART, LONGER, scale="smoke")
+    runs = result.runs()
+    assert len(runs) == 8 and set(runs["seed"]) == {1}
+    assert {"comprehension", "memorization", "confusion"} <= set(runs["phase"])
+    for (_, row), config in zip(runs.iterrows(), result.configs, strict=True):
+        assert row["optim.decoder.lr"] == config.optim["decoder"].lr
+        assert row["optim.decoder.weight_decay"] == config.optim["decoder"].weight_decay
+    grokked = runs[runs["phase"] == "comprehension"].index[0]
+    row = runs.loc[grokked]
+    assert row["step_train"] <= row["step_val"] == row["steps_run"] < 1000 and row["final/val/acc"] >= 0.9
+    curve = result.curves().query(f"member == {grokked}")
+    assert list(curve["step"]) == sorted(curve["step"]) and curve["step"].iloc[-1] == row["steps_run"]
+    assert curve["val/acc"].iloc[-1] == pytest.approx(row["final/val/acc"])
+    assert set(result.params[grokked]) == {"embed", "dec0.w", "dec0.b", "dec1.w", "dec1.b", "dec2.w", "dec2.b"}
+    assert result.params[grokked]["embed"].shape == (10, 1)
+
+
+@pytest.mark.launch
+def test_sweep_returns_the_launchs_runs_with_train_packs_phases(tmp_path):
+    """The quickstart's smoke grid launched on a real local Ray into a memory:// store (about 20 s): one row per
+    configuration, each with the phase and crossing steps that train_pack gives the same configuration here."""
+    from grokray.tracking.trackers import open_tracker
+
+    store = open_tracker("memory://")  # held by this process; the Ray workers write to it over its socket
+    runs = grokray.sweep(QUICKSTART, LONGER, scale="smoke", tracking_uri=store.uri, storage=str(tmp_path / "results"))
+    assert runs.attrs["summary"].configurations == 8 and len(runs) == 8
+    here = grokray.train_pack(QUICKSTART, LONGER, scale="smoke").runs()
+    key = ["optim.decoder.lr", "optim.decoder.weight_decay"]
+    launched = runs.set_index(key).sort_index()
+    trained = here.set_index(key).sort_index()
+    assert list(launched["phase"]) == list(trained["phase"])
+    for column in ("step_train", "step_val"):
+        assert [None if v != v else int(v) for v in launched[column]] == \
+               [None if v is None or v != v else int(v) for v in trained[column]]
+
+
+def test_a_bad_spec_raises_naming_the_field_and_writes_nothing(tmp_path):
+    raw = grokray.load(QUICKSTART).raw
+    bad = {**raw, "optim": {**raw["optim"], "decoder": {**raw["optim"]["decoder"], "lr": -1.0}}}
+    with pytest.raises(SpecError, match="lr"):
+        grokray.sweep(bad, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", storage=str(tmp_path / "results"))
+    with pytest.raises(SpecError, match="train_size"):
+        grokray.train_pack(QUICKSTART, ["task.train_size=0"])
+    assert list(tmp_path.iterdir()) == []

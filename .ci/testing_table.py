@@ -1,7 +1,10 @@
 """Writes docs/testing.md: every test by tier, what it shows, the docs/reliability.md row it backs, and its cost
 as measured by one run of the tiers (their JUnit files: `.ci/run` keeps them; `make TIER JUNIT=DIR` writes one).
 
-    .venv/bin/python .ci/testing_table.py JUNIT_DIR "how the costs were measured" docs/testing.md
+    .venv/bin/python .ci/testing_table.py JUNIT_DIR "how the costs were measured" docs/testing.md [--keep]
+
+--keep: a test outside the default tier that this JUnit did not time keeps the cost the page already shows (a run
+of some tiers only, say `make test` and `make launches`, then leaves the others' measured costs standing).
 
 What a test shows is its docstring's first sentence, else its name in words; a `slow` test says why it is left out
 of CI in its mark (`pytest.mark.slow(reason=...)`).
@@ -84,14 +87,21 @@ def costs(junit: Path) -> dict[str, float]:
     return out
 
 
+def shown_costs(page: Path) -> dict[str, float]:
+    """The per-test costs a page of this script's already shows (its tier tables' rows)."""
+    row = re.compile(r"^\| `(tests/[^`]+::[^`]+)` \|.*\| ([\d.]+) s \|$")
+    return {m.group(1): float(m.group(2)) for line in page.read_text().splitlines() if (m := row.match(line))}
+
+
 def main(argv: list[str]) -> int:
     junit, how, page = Path(argv[1]), argv[2], Path(argv[3])
+    earlier = shown_costs(page) if "--keep" in argv[4:] and page.exists() else {}
     collector = Collector()
     code = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider", "-m", "", str(ROOT / "tests")],
                        plugins=[collector])
     if code != 0:
         return code
-    measured = costs(junit)
+    measured = {**earlier, **costs(junit)}
     rows = reliability_rows()
     by_tier: dict[str, list] = {}
     for item in collector.items:

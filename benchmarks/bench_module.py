@@ -63,14 +63,14 @@ def pack_rate(configs, seconds: float) -> tuple[float, PackTrainer, int]:
 
 def plain_loop_rate(config, trainer: PackTrainer, steps: int) -> float:
     """One model the ordinary way, doing what the pack's member does each step: a training step on its split (full
-    batch, or a random batch of the pack's size) and, at the pack's cadence, a gradient-free pass over every point.
+    batch, or a random batch of the pack's size) and, at the pack's cadence, the loss and accuracy of every point.
     Timed over the pack's own steps (20 to 20 + `steps`): the curve's record steps thin out as training goes on."""
     data = config.task.data()
     train, _ = config.task.split(data, config.seed)
     torch.manual_seed(config.seed)
     net = build_module(config.model, data)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1.0)
-    x, y, xs = data.x[train], data.y[train], data.x
+    x, y, xs, ys = data.x[train], data.y[train], data.x, data.y
     every = 1 if trainer.joint or trainer.split else trainer.eval_every
     records = trainer.record_set  # the curve's points, also measured (log-spaced: dense in the first steps)
     batch = None if trainer.full_batch else trainer.batch_size
@@ -80,9 +80,10 @@ def plain_loop_rate(config, trainer: PackTrainer, steps: int) -> float:
         opt.zero_grad()
         torch.nn.functional.cross_entropy(net(x[rows]), y[rows]).backward()
         opt.step()
-        if t % every == 0 or t in records:
+        if t % every == 0 or t in records:  # loss and accuracy on every point, as grokray measures a member
             with torch.no_grad():
-                net(xs).argmax(-1)
+                out = net(xs)
+                torch.nn.functional.cross_entropy(out, ys, reduction="none"), out.argmax(-1) == ys
 
     for t in range(20):
         step(t)

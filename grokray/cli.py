@@ -157,12 +157,12 @@ def family_lines(plan, most: int = 8) -> list[str]:
     seen, lines = set(), []
     for pack in plan.packs:
         cfg = pack.members[0].config
-        key = (repr(cfg.model), repr(cfg.task))
+        key = (repr(cfg.model), repr(cfg.task), repr(cfg.train))
         hook = getattr(MODELS.get(cfg.model.registry_name).build, "dry_run_lines", None)
         if hook is None or key in seen or len(seen) >= most:
             continue
         seen.add(key)
-        lines += [line for line in hook(cfg.model, cfg.task) if line not in lines]
+        lines += [line for line in hook(cfg.model, cfg.task, cfg.train) if line not in lines]
     return lines
 
 

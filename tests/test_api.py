@@ -2,6 +2,8 @@
 and parameters; `grokray.sweep` launches it on a real local Ray into a store and gives back the launch's runs as a
 DataFrame, with the same phases and crossing steps; a bad spec raises before anything is written."""
 
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -37,22 +39,26 @@ def test_train_pack_gives_each_members_phase_curve_and_parameters():
 
 
 @pytest.mark.launch
-def test_sweep_returns_the_launchs_runs_with_train_packs_phases(tmp_path):
-    """The quickstart's smoke grid launched on a real local Ray into a memory:// store (about 20 s): one row per
-    configuration, each with the phase and crossing steps that train_pack gives the same configuration here."""
-    from grokray.tracking.trackers import open_tracker
-
-    store = open_tracker("memory://")  # held by this process; the Ray workers write to it over its socket
-    runs = grokray.sweep(QUICKSTART, LONGER, scale="smoke", tracking_uri=store.uri, storage=str(tmp_path / "results"))
-    assert runs.attrs["summary"].configurations == 8 and len(runs) == 8
-    here = grokray.train_pack(QUICKSTART, LONGER, scale="smoke").runs()
+def test_the_readmes_python_block_sweeps_on_ray_and_mlflow_with_train_packs_phases(tmp_path, monkeypatch):
+    """The README's "From Python" block, run as written from a folder holding sweeps/ (about 25 s): the launch on a
+    real local Ray into a new SQLite MLflow store gives one row per configuration, each with the phase and
+    crossing steps that train_pack gave the same configuration in this process."""
+    block = re.search(r"^## From Python.*?^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    shutil.copytree(ROOT / "sweeps", tmp_path / "sweeps")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    namespace: dict = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
+    runs, pack = namespace["runs"], namespace["pack"].runs()
+    assert runs.attrs["summary"].configurations == 8 == len(runs) == len(pack)
+    assert (tmp_path / "mlflow.db").exists() and runs.attrs["tracking_uri"].endswith("mlflow.db")
     key = ["optim.decoder.lr", "optim.decoder.weight_decay"]
-    launched = runs.set_index(key).sort_index()
-    trained = here.set_index(key).sort_index()
+    launched, trained = runs.set_index(key).sort_index(), pack.set_index(key).sort_index()
     assert list(launched["phase"]) == list(trained["phase"])
+    assert len(set(trained["phase"])) >= 3
     for column in ("step_train", "step_val"):
         assert [None if v != v else int(v) for v in launched[column]] == \
-               [None if v is None or v != v else int(v) for v in trained[column]]
+               [None if v != v else int(v) for v in trained[column]]
 
 
 def test_a_bad_spec_raises_naming_the_field_and_writes_nothing(tmp_path):

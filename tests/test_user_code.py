@@ -363,8 +363,9 @@ def test_the_dry_run_prints_the_factory_call_and_names_a_size_it_does_not_fill(t
         assert main(["run", str(tmp_path / "spec.yaml"), "--dry-run", "--no-calibrate",
                      "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
         lines[factory] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("model.factory:")]
-    assert lines["OneHotMLP"] == ["model.factory:  userpkg.models:OneHotMLP(out_features=7, vocab_size=7, width=8)"]
-    call, unfilled = lines["EmbedMLP"]
+    assert lines["OneHotMLP"][0] == "model.factory:  userpkg.models:OneHotMLP(out_features=7, vocab_size=7, width=8)"
+    assert len(lines["OneHotMLP"]) == 2 and "one forward over all of them" in lines["OneHotMLP"][1]  # how it measures
+    call, unfilled, _ = lines["EmbedMLP"]
     assert call == "model.factory:  userpkg.models:EmbedMLP(out_features=7, width=8)"
     assert "parameter 'p' looks like a task size but is not filled (its default 97 is used)" in unfilled
     assert "grokray fills only num_classes, out_features, seq_len, vocab_size" in unfilled
@@ -411,6 +412,12 @@ def test_attention_packs_batched_and_an_op_without_a_batching_rule_is_named_by_t
                  "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
     out = capsys.readouterr().out
     assert "`aten::renorm` runs member by member under vmap" in out and "expect no gain from packing" in out
+    # how its pack measures: 49 points, full batch, so one forward over all 49 (joint)
+    from grokray.models.module import CPU_CHUNK_ROWS
+
+    assert ("model.factory:  49 points, full batch: one forward over all of them each step (joint: at most 256 "
+            f"points, where one call costs less than two); on a CPU a chunk of {CPU_CHUNK_ROWS // 49} members' rows "
+            "runs at a time") in out
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"name": "mha", **raw}))
     assert main(["run", str(tmp_path / "spec.yaml"), "--dry-run", "--no-calibrate",
                  "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0

@@ -24,8 +24,8 @@ from .module_check import check_dtype, check_module, dry_run_lines
 from .user_module import DROPOUT, ONE_GROUP, Functional, ModuleConfig, build_module, group_of_name, module_groups
 
 # Rows a member chunk holds on a CPU (the module's forward and loss run that many members' rows at a time): the
-# one-hot MLP's 2,822 training rows at fraction 0.3 run 2 members a chunk, Liu's toy (45 rows) a whole pack.
-CPU_CHUNK_ROWS = 8192
+# one-hot MLP's 2,822 training rows at fraction 0.3 run 5 members a chunk, Liu's toy (45 rows) a whole pack.
+CPU_CHUNK_ROWS = 16384
 # A full-batch table of at most this many points is measured by one forward over all of them (joint), above it by a
 # forward and backward over the training rows and a gradient-free forward over the held-out ones (split).
 JOINT_MAX_POINTS = 256
@@ -56,8 +56,8 @@ class ModuleFamily(PackedModel):
         check_module(model, task)
 
     @staticmethod
-    def dry_run_lines(model, task) -> list[str]:
-        return dry_run_lines(model, task)
+    def dry_run_lines(model, task, train) -> list[str]:
+        return [*dry_run_lines(model, task), measuring_line(task, train)]
 
     @staticmethod
     def check_train(model, task, train) -> None:
@@ -110,10 +110,9 @@ class ModuleFamily(PackedModel):
     def per_sample(self, x, y, rng=None):
         """The forward and the loss together, member by member in chunks of about CPU_CHUNK_ROWS rows on a CPU
         (user_module.Functional.scored says why); the whole pack at once on a GPU, which wants the larger batch."""
-        if not self.head.rowwise:  # its loss needs each member's own targets
-            return super().per_sample(x, y, rng)
-        chunk = max(1, CPU_CHUNK_ROWS // max(1, x.shape[1])) if x.device.type == "cpu" else None
-        chunk = None if chunk is not None and chunk >= x.shape[0] else chunk
+        chunk = max(1, CPU_CHUNK_ROWS // max(1, x.shape[1])) if x.device.type == "cpu" else len(x)
+        if chunk >= len(x) or not self.head.rowwise:  # one chunk (the head outside vmap: fewer batched ops, which
+            return super().per_sample(x, y, rng)      # an overhead-bound toy feels), or a loss of per-member targets
         return self._run(lambda params: self.functional.scored(self.head, chunk, params, self.member_buffers, x, y),
                          x.device, rng)
 
@@ -138,3 +137,19 @@ class ModuleFamily(PackedModel):
 
     def symbol_weights(self):
         return self.embeddings()
+
+
+def measuring_line(task, train) -> str:
+    """What the dry-run says of how a pack of this module measures and chunks (engine.pack_setup.measuring's rule,
+    with JOINT_MAX_POINTS and CPU_CHUNK_ROWS)."""
+    data = task.data()
+    n, width = len(data.y), len(task.split(data, 0)[0])
+    rows = (n if n <= JOINT_MAX_POINTS else width) if train.batch_size == "full" else int(train.batch_size)
+    chunk = f"on a CPU a chunk of {max(1, CPU_CHUNK_ROWS // rows)} members' rows runs at a time"
+    if train.batch_size != "full" or n > max(4096, 2 * width):
+        return f"model.factory:  {rows} rows a step, every point measured every eval_every steps; {chunk}"
+    if n <= JOINT_MAX_POINTS:
+        return (f"model.factory:  {n} points, full batch: one forward over all of them each step (joint: at most "
+                f"{JOINT_MAX_POINTS} points, where one call costs less than two); {chunk}")
+    return (f"model.factory:  {n} points, full batch: each step's backward covers the {width} training rows only, "
+            f"the held-out rows are measured without one (split); {chunk}")

@@ -168,14 +168,14 @@ class Functional:
     def __call__(self, params: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
         return self._batched_run(self.batched, params, buffers, x)
 
-    def scored(self, head, chunk: int | None, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor):
+    def scored(self, head, chunk: int, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor):
         """Each member's per-row loss and correctness, [K, B] each, with the loss inside the vmapped function and
         `chunk` members at a time: a chunk's activations, logits and their gradients stay in a CPU's cache, where
         the whole pack's did not (a one-hot MLP on 2,822 rows at K = 32: log-softmax and its backward 13x slower
         per member than the same module alone, and batched matmuls of 32 slower than of 8)."""
         if self._scored is None:
             self._scored = torch.func.vmap(lambda *a: self._call_scored(head, *a), randomness="different")
-        if chunk is None or chunk >= len(x):
+        if chunk >= len(x):
             return self._batched_run(self._scored, params, buffers, x, y)
         # split, not vmap's chunk_size: its chunks are slices, whose backward fills a zero gradient of the whole
         # pack per chunk and parameter (a fifth of the step above); a split's backward is one concatenation

@@ -29,6 +29,9 @@ AS_DRY_RUN = {
 # command -> why it is not run here at all
 NOT_RUN = {
     "make test": "the default suite: CI's first step, before the tier this test runs in",
+    "python benchmarks/bench_module.py --factory mylab.models:make_net --kwargs '{\"width\": 256}' --task "
+    "'{\"name\": \"modular\", \"op\": \"mul\", \"p\": 97, \"train_fraction\": 0.3}'":
+        "names the reader's own factory; tests/test_bench_module.py runs it on a fixture's",
     "grokray atlas --scale paper sweeps/liu_fig6b_toy_regression.yaml": "186 min (its page); the README's line "
                                                                         "before it is its --dry-run",
     "grokray analyze --experiment own-model -o figs-own": "reads the own-model launch, run here as its dry-run",

@@ -171,8 +171,8 @@ class Functional:
     def scored(self, head, chunk: int, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor):
         """Each member's per-row loss and correctness, [K, B] each, with the loss inside the vmapped function and
         `chunk` members at a time: a chunk's activations, logits and their gradients stay in a CPU's cache, where
-        the whole pack's did not (a one-hot MLP on 2,822 rows at K = 32: log-softmax and its backward 13x slower
-        per member than the same module alone, and batched matmuls of 32 slower than of 8)."""
+        the whole pack's did not (a one-hot MLP on 2,822 rows at K = 32: log-softmax and its backward about 10x
+        slower per member than the same module alone, and batched matmuls of 32 slower than of 8)."""
         if self._scored is None:
             self._scored = torch.func.vmap(lambda *a: self._call_scored(head, *a), randomness="different")
         if chunk >= len(x):

@@ -69,7 +69,7 @@ def plain_loop_rate(config, trainer: PackTrainer, steps: int) -> float:
     train, _ = config.task.split(data, config.seed)
     torch.manual_seed(config.seed)
     net = build_module(config.model, data)
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1.0)
+    opt = torch.optim.AdamW(net.parameters(), lr=OPTIM["default"]["lr"], weight_decay=OPTIM["default"]["weight_decay"])
     x, y, xs, ys = data.x[train], data.y[train], data.x, data.y
     every = 1 if trainer.joint or trainer.split else trainer.eval_every
     records = trainer.record_set  # the curve's points, also measured (log-spaced: dense in the first steps)

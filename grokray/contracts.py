@@ -27,6 +27,13 @@ class Family(Protocol):
         """Raise a SpecError naming `path` if this model cannot train on `task`."""
 
 
+def measured_every_step(train, uses_dropout: bool, n_points: int, width: int) -> bool:
+    """Whether a pack measures every member on all its points at every step (exact crossings): full batch, no
+    dropout, and at most 4,096 points (or twice the training rows). engine.pack_setup.measuring and the module
+    family's dry-run line both read this rule."""
+    return train.batch_size == "full" and not uses_dropout and n_points <= max(4096, 2 * width)
+
+
 def family_groups(family, model: Any) -> tuple[str, ...]:
     """The optimizer groups of `family` for the model config `model`: a family whose groups depend on its config
     (the `module` family's model.groups) declares `groups_for(model)`; the others have fixed `groups`."""

@@ -69,9 +69,15 @@ ORDINARY = {name: {**raw, "optim": {"default": {"name": "adamw", "lr": 1e-2, "we
 TOLERANCE = {"float32": {"rtol": 1e-4, "atol": 1e-5}, "float64": {"rtol": 1e-7, "atol": 1e-9}}  # a key bias: 1e-11
 
 
-@pytest.mark.parametrize("which", ["mlp", "transformer", "onehot", "mha"])
+@pytest.mark.parametrize("which", ["mlp", "transformer", "onehot", "mha", "onehot-chunked"])
 def test_a_pack_of_k_members_equals_k_lone_runs(which, monkeypatch):
-    raw = {"mlp": MLP, "transformer": TRANSFORMER, **ORDINARY}[which]
+    """onehot-chunked: a chunk holds one member's rows, so the pack's forward and loss run member by member
+    (ModuleFamily.per_sample's CPU chunks, each split off the pack) and still equal the lone runs."""
+    if which == "onehot-chunked":
+        from grokray.models import module
+
+        monkeypatch.setattr(module, "CPU_CHUNK_ROWS", 1)
+    raw = {"mlp": MLP, "transformer": TRANSFORMER, **ORDINARY, "onehot-chunked": ORDINARY["onehot"]}[which]
     if which == "transformer":
         _transformer(monkeypatch)
     spec = build_spec({**raw, "seeds": [0, 1, 2], "sweep": {"optim.default.lr": {"values": [1e-2, 3e-3]}}})

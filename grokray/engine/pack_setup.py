@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ..contracts import family_groups
+from ..contracts import family_groups, measured_every_step
 from ..optim import GroupOptimizer
 from .schedule import auto_eval_every
 
@@ -22,8 +22,7 @@ def measuring(configs, model, n_points: int, width: int) -> tuple[bool, bool, in
     forward only. The model says which (PackedModel.measures_jointly). Otherwise a full evaluation every
     `eval_every` steps."""
     train = configs[0].train
-    every_step = train.batch_size == "full" and not model.uses_dropout and n_points <= max(4096, 2 * width)
-    if every_step:
+    if measured_every_step(train, model.uses_dropout, n_points, width):
         joint = model.measures_jointly(n_points)
         return joint, not joint, 1
     gap = min(c.phases.gap for c in configs)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ..contracts import measured_every_step
 from . import MODELS
 from .base import PackedModel
 from .heads import ClassificationHead, OneHotMSEHead, ScalarRegressionHead, TargetVectorHead, target_vectors
@@ -146,7 +147,7 @@ def measuring_line(task, train) -> str:
     n, width = len(data.y), len(task.split(data, 0)[0])
     rows = (n if n <= JOINT_MAX_POINTS else width) if train.batch_size == "full" else int(train.batch_size)
     chunk = f"on a CPU a chunk of {max(1, CPU_CHUNK_ROWS // rows)} members' rows runs at a time"
-    if train.batch_size != "full" or n > max(4096, 2 * width):
+    if not measured_every_step(train, False, n, width):  # a dropout module: see its pack's measuring
         return f"model.factory:  {rows} rows a step, every point measured every eval_every steps; {chunk}"
     if n <= JOINT_MAX_POINTS:
         return (f"model.factory:  {n} points, full batch: one forward over all of them each step (joint: at most "

@@ -144,7 +144,7 @@ class Functional:
                       for kind, table in (("params", sub._parameters), ("buffers", sub._buffers))
                       for attr, t in table.items() if t is not None]
         self.batched = torch.func.vmap(self._call, randomness="different")
-        self._scored = None  # the vmapped forward and loss, made at its first call (it holds the head)
+        self.scored_batched = torch.func.vmap(self._call_scored, in_dims=(None, 0, 0, 0, 0), randomness="different")
 
     def _call(self, params, buffers, x):
         if torch.compiler.is_compiling():
@@ -173,16 +173,12 @@ class Functional:
         `chunk` members at a time: a chunk's activations, logits and their gradients stay in a CPU's cache, where
         the whole pack's did not (a one-hot MLP on 2,822 rows at K = 32: log-softmax and its backward about 10x
         slower per member than the same module alone, and batched matmuls of 32 slower than of 8)."""
-        if self._scored is None:
-            self._scored = torch.func.vmap(lambda *a: self._call_scored(head, *a), randomness="different")
-        if chunk >= len(x):
-            return self._batched_run(self._scored, params, buffers, x, y)
         # split, not vmap's chunk_size: its chunks are slices, whose backward fills a zero gradient of the whole
         # pack per chunk and parameter (a fifth of the step above); a split's backward is one concatenation
         sizes = [chunk] * (len(x) // chunk) + [len(x) % chunk] * (len(x) % chunk > 0)
         parts = [{n: t.split(sizes) for n, t in d.items()} for d in (params, buffers)]
         xs, ys = x.split(sizes), y.split(sizes)
-        scored = [self._batched_run(self._scored, {n: t[i] for n, t in parts[0].items()},
+        scored = [self._batched_run(self.scored_batched, head, {n: t[i] for n, t in parts[0].items()},
                                     {n: t[i] for n, t in parts[1].items()}, xs[i], ys[i]) for i in range(len(sizes))]
         return torch.cat([s[0] for s in scored]), torch.cat([s[1] for s in scored])
 

@@ -311,3 +311,99 @@ def test_a_write_the_tracker_splits_is_not_stored_twice_when_a_later_request_fai
     steps = [p.step for p in tracker.curve(run_id, "val/acc")]
     assert steps == list(range(2500))  # each point once
     assert calls[:2] == [1000, 1000] and sum(calls[2:]) == 1500  # the retry sent the 1,500 the store lacked
+
+
+class SlowTracker(FlakyTracker):
+    """A server that answers, slowly: every call costs `delay` seconds of the fake clock (a store on a loaded
+    machine), and `calls` counts them."""
+
+    def __init__(self, clock, delay, runs=("r",)):
+        super().__init__(runs=runs)
+        self.clock, self.delay, self.calls = clock, delay, 0
+
+    def __getattr__(self, method):
+        call = super().__getattr__(method)
+
+        def slow(*args, **kwargs):
+            self.calls += 1
+            self.clock.t += self.delay
+            return call(*args, **kwargs)
+
+        return slow
+
+
+def test_an_outages_backlog_goes_out_a_request_per_run_and_holds_no_report_long(tmp_path):
+    """CI of 2026-12-02, 3 tests at once on 2 cores: after a 30-s outage a pack's reports spent 18-21 s in
+    tracking calls, delivering the backlog a batch at a time (a read and a write for each of 4 members x ~40
+    reports, on the training thread). Now a run's queued batches go out merged, and a report spends at most
+    DRAIN_SLICE_S (plus the request in flight) on the backlog before training goes on."""
+    from grokray.tracking.delivery import DRAIN_SLICE_S
+
+    members = [f"m{i}" for i in range(4)]
+    clock = Clock()
+    client = SlowTracker(clock, delay=0.25, runs=members)
+    courier = Courier(client, tmp_path / "p.jsonl", clock=clock, sleep=clock.sleep, workers=4)
+
+    def report(r):
+        return [Batch(client.ids[m], [["val/acc", 0.5, 1, s] for s in range(10 * r, 10 * r + 10)], key=m)
+                for m in members]
+
+    client.up = False
+    for r in range(40):  # the outage: 160 batches spooled
+        courier.send_many(report(r))
+        clock.t += 1.0
+    assert pending_points(tmp_path) == (160, 1600)
+    client.up, client.calls = True, 0
+    clock.t += 60  # past the backoff
+    held = []
+    for r in range(40, 45):  # training goes on; each report delivers some of the backlog, then its own
+        t0 = clock.t
+        courier.send_many(report(r))
+        held.append(clock.t - t0)
+    assert max(held) <= DRAIN_SLICE_S + 2 * client.delay + 4 * client.delay, held
+    assert courier.close(wait_s=120) == 0
+    for m in members:  # every point once, in step order
+        assert client.sent[(m, "val/acc")] == list(range(450))
+    # merged: per member one read of its stored steps and one write for the backlog (2 x 4), not 2 x 160; the
+    # reports after the outage queue behind it and go out merged with it
+    assert client.calls <= 8 + 4 * 5, client.calls
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_a_merged_backlog_keeps_each_runs_order_and_its_end(tmp_path):
+    """A member whose run was made late (its first batches carry only its trial key) merges with its later
+    batches that carry the run id; another member's batches between them do not break either run's order; the
+    terminating batch is the last of its run, and the run ends at its own time."""
+    from grokray.tracking.spool import MERGE_MAX_POINTS, head_group, merged
+
+    a = [Batch("", [["k", 0.1, 1, s]], key="a", create={"experiment_id": "0"}) for s in range(3)]
+    a[1].run_id = a[2].run_id = "ra"
+    b = [Batch("rb", [["k", 0.1, 1, s]], key="b") for s in range(2)]
+    end = Batch("ra", [["k", 0.1, 1, 3]], key="a", terminate="FINISHED", end_time=7)
+    after = Batch("ra", [["k", 0.1, 1, 4]], key="a")  # never happens in practice; must not jump the end
+    queue = [a[0], b[0], a[1], b[1], a[2], end, after]
+    assert head_group(queue) == [0, 2, 4, 5]
+    one = merged([queue[i] for i in head_group(queue)])
+    assert [m[3] for m in one.metrics] == [0, 1, 2, 3] and one.run_id == "ra" and one.create is None
+    assert (one.terminate, one.end_time, one.key) == ("FINISHED", 7, "a")
+    assert head_group(queue[1:]) == [0, 2]
+    big = [Batch("r", [["k", 0.1, 1, s]] * (MERGE_MAX_POINTS // 2 + 1), key="r") for s in range(3)]
+    assert head_group(big) == [0]  # a second would pass the bound
+    parent = [Batch("p", tags={"x": "1"}), Batch("p", tags={"x": "2"})]
+    assert head_group(parent) == [0]  # a parent's writes (no trial key) go one by one, as before
+
+
+def test_replay_delivers_a_spool_of_many_batches_merged(tmp_path):
+    from grokray.tracking.delivery import replay_dir
+
+    client = SlowTracker(Clock(), delay=0.0, runs=["r", "q"])
+    spool = Spool(tmp_path / "pack-1.jsonl")
+    for s in range(30):
+        for run in ("r", "q"):
+            spool.append(Batch(client.ids[run], [["val/acc", 0.5, 1, s]], key=run,
+                               terminate="FINISHED" if s == 29 else None))
+    assert replay_dir(tmp_path, client) == (60, 60, 0)
+    assert client.sent[("r", "val/acc")] == client.sent[("q", "val/acc")] == list(range(30))
+    assert client.status("r")[0] == client.status("q")[0] == "FINISHED"
+    assert client.calls <= 2 * 3, client.calls  # per run: a read, a write, the status
+    assert pending_points(tmp_path) == (0, 0)

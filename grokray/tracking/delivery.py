@@ -26,9 +26,10 @@ from .client import clean, is_transient, retry
 from .queries import children_query, launch_query
 from .records import RunStatus
 from .schema import PARENT_ID_TAG, TRIAL_KEY_TAG
-from .spool import HANDED_OVER, Batch, Spool, pending_points, spool_files, undelivered
+from .spool import HANDED_OVER, Batch, Spool, head_group, merged, pending_points, spool_files, undelivered
 
 MAX_BACKOFF_S = 30.0
+DRAIN_SLICE_S = 1.0  # how long one training report may spend on an outage's backlog; later reports go on with it
 
 
 class ParentNotCreated(ConnectionError):
@@ -138,19 +139,22 @@ def replay_dir(directory: str | Path, tracker, deadline_s: float = 0.0, only: li
         spool = Spool(path)
         batches = undelivered(path)
         spool.pending = len(batches)
-        for batch in batches:
+        while batches:
+            group = [batches[i] for i in head_group(batches)]
             wait = 1.0
             while True:
                 try:
-                    deliver(tracker, batch, dedup=True, resolved=resolved)
+                    deliver(tracker, merged(group), dedup=True, resolved=resolved)
                     break
                 except Exception as exc:  # noqa: BLE001
                     if not is_transient(exc) or time.monotonic() + wait > end or stop.wait(wait):
                         return sent, points, pending_points(directory)[0]
                     wait = min(MAX_BACKOFF_S, wait * 2)
-            spool.mark(batch.id)
-            sent += 1
-            points += batch.points
+            ids = {b.id for b in group}
+            spool.mark(*ids)
+            sent += len(group)
+            points += sum(b.points for b in group)
+            batches = [b for b in batches if b.id not in ids]
     return sent, points, 0
 
 
@@ -209,8 +213,10 @@ class Courier:
             points += batch.points
         self.on_disk_only = len(rest) - len(self.queue)
 
-    def flush(self) -> bool:
-        """Retry the backlog, oldest first, if the backoff allows. True when nothing is left undelivered."""
+    def flush(self, budget_s: float | None = None) -> bool:
+        """Retry the backlog, oldest first, if the backoff allows; each run's queued batches go out merged
+        (spool.head_group). `budget_s`: start no delivery after that long (a training report's share), the rest
+        waits for the next call. True when nothing is left undelivered."""
         if not self.backlog:
             return True
         if self.clock() < self.next_try:
@@ -218,37 +224,47 @@ class Courier:
         if self.probe is not None and not self.probe():
             self._failed(ConnectionError("the tracking server does not answer"))
             return False
+        end = None if budget_s is None else self.clock() + budget_s
         while True:
             self._refill()
             if not self.queue:
                 return True
+            if end is not None and self.clock() >= end:
+                return False  # not a failure: no backoff, the next report goes on where this one stopped
+            queued = list(self.queue)
+            group = [queued[i] for i in head_group(queued)]
             try:
-                self.calls += deliver(self.tracker, self.queue[0], dedup=True, attempts=self.attempts,
+                self.calls += deliver(self.tracker, merged(group), dedup=True, attempts=self.attempts,
                                       resolved=self.resolved)
             except Exception as exc:  # noqa: BLE001
                 self._failed(exc)
                 return False
-            self.spool.mark(self.queue.popleft().id)
+            sent = {b.id for b in group}
+            self.spool.mark(*sent)
+            self.queue = deque(b for b in queued if b.id not in sent)
             self.backoff = 0.0
 
     def send(self, batch: Batch) -> None:
-        if self.flush():
-            try:
-                self.calls += deliver(self.tracker, batch, dedup=False, attempts=self.attempts,
-                                      resolved=self.resolved)
-                return
-            except Exception as exc:  # noqa: BLE001
-                self._failed(exc)
-        self._hold(batch)
+        self.send_many([batch])
 
     def send_many(self, batches: list[Batch]) -> None:
-        """One batch per run (a pack's members at one report): sent `workers` at a time while the server answers,
-        since each costs a round trip the server spends mostly waiting on its database. The ones it does not
-        take are held in their order, as `send` would; a run's later batches queue behind them."""
-        if self.workers <= 1 or len(batches) <= 1 or len({b.run_id or b.key for b in batches}) < len(batches) \
-                or not self.flush():
+        """One batch per run (a pack's members at one report), after at most DRAIN_SLICE_S on the backlog: sent
+        `workers` at a time while the server answers, since each costs a round trip the server spends mostly
+        waiting on its database. The ones it does not take are held in their order; a run's later batches queue
+        behind them."""
+        if not self.flush(DRAIN_SLICE_S):
             for batch in batches:
-                self.send(batch)
+                self._hold(batch)
+            return
+        if self.workers <= 1 or len(batches) <= 1 or len({b.run_id or b.key for b in batches}) < len(batches):
+            for i, batch in enumerate(batches):
+                calls, exc = self._attempt(batch)
+                self.calls += calls
+                if exc is not None:
+                    self._failed(exc)
+                    for held in batches[i:]:
+                        self._hold(held)
+                    return
             return
         if self._threads is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -286,7 +302,7 @@ class Courier:
         end = self.clock() + self.block_s
         while self.queue and self.queued_points > self.max_points and self.clock() < end:
             self.sleep(max(0.0, min(self.next_try - self.clock(), end - self.clock())))
-            self.flush()
+            self.flush(max(DRAIN_SLICE_S, end - self.clock()))
         while len(self.queue) > 1 and self.queued_points > self.max_points:
             self.queue.pop()
             self.on_disk_only += 1
@@ -306,7 +322,7 @@ class Courier:
     def close(self, wait_s: float = 0.0) -> int:
         """Retry the backlog for up to `wait_s`. Returns the points left only in the spool (0: all delivered)."""
         end = self.clock() + wait_s
-        while not self.flush() and self.clock() < end:
+        while not self.flush(max(DRAIN_SLICE_S, end - self.clock())) and self.clock() < end:
             self.sleep(max(0.05, min(self.next_try - self.clock(), end - self.clock())))
         if self._threads is not None:
             self._threads.shutdown()

@@ -50,6 +50,43 @@ class Batch:
                    texts=rec.get("texts") or {})
 
 
+MERGE_MAX_POINTS = 5_000  # one merged delivery: a read of the run's stored steps and up to 5 writes of 1,000
+
+
+def head_group(batches: list[Batch]) -> list[int]:
+    """Indices of the first batch and the later batches of its run that can go out with it as one: in their
+    order, up to MERGE_MAX_POINTS points, ending at the run's terminating batch. A backlog of many small reports
+    then costs a request per run, not two per report; each run's own order is kept (its points stay in step
+    order, which replay's step check relies on), the order between runs is not needed. Only a pack member's
+    batches merge: each carries its trial key, while its run id may be learnt between two of them."""
+    head = batches[0]
+    group, points = [0], head.points
+    for i in range(1, len(batches) if head.key else 1):
+        if batches[group[-1]].terminate:
+            break
+        b = batches[i]
+        if b.key != head.key:
+            continue
+        if points + b.points > MERGE_MAX_POINTS:
+            break  # nothing of this run may go ahead of b
+        group.append(i)
+        points += b.points
+    return group
+
+
+def merged(group: list[Batch]) -> Batch:
+    """One batch standing for a run's consecutive batches: their points in order, their params, tags and texts
+    (a later value wins, as it would sent one by one), the last one's end."""
+    if len(group) == 1:
+        return group[0]
+    run_id = next((b.run_id for b in group if b.run_id), "")
+    last = group[-1]
+    return Batch(run_id, [m for b in group for m in b.metrics], {k: v for b in group for k, v in b.params.items()},
+                 {k: v for b in group for k, v in b.tags.items()}, last.terminate, id=group[0].id, key=group[0].key,
+                 create=None if run_id else group[0].create, end_time=last.end_time,
+                 texts={k: v for b in group for k, v in b.texts.items()})
+
+
 class Spool:
     """One JSON-lines file: a line per undelivered batch, and a `{"delivered": id}` line once it went out."""
 
@@ -65,10 +102,10 @@ class Spool:
             os.fsync(f.fileno())
         self.pending += 1
 
-    def mark(self, batch_id: str) -> None:
+    def mark(self, *batch_ids: str) -> None:
         with self.path.open("a") as f:
-            f.write(json.dumps({"delivered": batch_id}) + "\n")
-        self.pending -= 1
+            f.write("".join(json.dumps({"delivered": i}) + "\n" for i in batch_ids))
+        self.pending -= len(batch_ids)
         if self.pending <= 0 and not undelivered(self.path):
             self.path.unlink(missing_ok=True)
 

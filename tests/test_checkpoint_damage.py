@@ -40,7 +40,8 @@ def test_a_checkpoint_reads_back_as_written(tmp_path):
     assert again.step == 10
 
 
-@pytest.mark.parametrize("damage", ["truncated", "one byte flipped", "zeroed", "missing"])
+@pytest.mark.parametrize("damage", ["truncated", "one byte flipped", "zeroed", "missing", "digest garbage",
+                                    "digest unreadable"])
 def test_a_damaged_checkpoint_is_said_to_be_damaged(damage, tmp_path):
     configs, path = saved(tmp_path)
     data = bytearray(path.read_bytes())
@@ -51,6 +52,12 @@ def test_a_damaged_checkpoint_is_said_to_be_damaged(damage, tmp_path):
         path.write_bytes(bytes(data))
     elif damage == "zeroed":
         path.write_bytes(bytes(len(data)))
+    elif damage == "digest garbage":  # issue 71: both files overwritten; reading the digest raised UnicodeDecodeError
+        path.write_bytes(b"\x00garbage" * 100)
+        digest_path(path).write_bytes(b"\xff\xfe\x00\x9c" * 50)
+    elif damage == "digest unreadable":  # a folder where the digest file was: an OSError, not a digest
+        digest_path(path).unlink()
+        digest_path(path).mkdir()
     else:
         path.unlink()
     with pytest.raises(CheckpointDamaged, match="pack.pt"):
@@ -116,8 +123,9 @@ def test_resume_after_every_checkpoint_was_damaged_trains_from_step_0_and_says_s
     out, _ = first.communicate(timeout=120)
     checkpoints = list((tmp_path / "results").glob("quickstart_*/**/pack.pt"))
     assert checkpoints, out
-    for path in checkpoints:
+    for path in checkpoints:  # the checkpoint and its digest (a digest that does not decode was a traceback)
         path.write_bytes(b"\x00garbage" * 100)
+        digest_path(path).write_bytes(b"\xff\xfe\x00\x9c" * 50)
     resumed = subprocess.run(args + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     said = [line for line in resumed.stderr.splitlines() if "its checkpoint is damaged" in line]

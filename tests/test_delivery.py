@@ -407,3 +407,51 @@ def test_replay_delivers_a_spool_of_many_batches_merged(tmp_path):
     assert client.status("r")[0] == client.status("q")[0] == "FINISHED"
     assert client.calls <= 2 * 3, client.calls  # per run: a read, a write, the status
     assert pending_points(tmp_path) == (0, 0)
+
+
+@pytest.mark.parametrize("content", [b"\x00\xff\xfe garbage \x9c" * 200, b'{"run_id": "x", "a": 1}\n{"foo": 2}\n',
+                                     b"[1, 2, 3]\n"], ids=["binary", "another-schema", "json-not-a-record"])
+def test_replay_of_a_folder_that_holds_no_spool_is_one_line(tmp_path, capsys, content):
+    """Issue 71: binary garbage was a UnicodeDecodeError traceback, JSON of another schema a KeyError."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(uri).create_experiment("there")  # the store exists: the spool folder is what is wrong
+    folder = tmp_path / "undelivered"
+    folder.mkdir()
+    (folder / "pack-1.jsonl").write_bytes(content)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    capsys.readouterr()  # MLflow's lines of making the store
+    assert main(["replay", str(folder), "--tracking-uri", uri]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "dir:" in err[0] and "holds no spool" in err[0], err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_a_damaged_line_of_a_spool_is_named_and_skipped_and_the_rest_replayed(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("replay")).info.run_id
+    path = tmp_path / "undelivered" / "pack-0000-1.jsonl"
+    spool = Spool(path)
+    spool.append(batch(run_id, range(0, 5)))
+    with path.open("ab") as f:
+        f.write(b"\xff\xfe not a batch\n" + b'{"batch": "b", "run_id": 3, "metrics": []}\n')
+    spool.append(batch(run_id, range(5, 10), terminate="FINISHED"))
+    assert [len(b.metrics) for b in undelivered(path)] == [5, 5]
+    assert main(["replay", str(path.parent), "--tracking-uri", uri]) == 0
+    out, err = capsys.readouterr()
+    assert "replayed 2 of 2 batches (10 of 10 metric points)" in out
+    assert f"{path}: 2 damaged lines (line 2, 3)" in err and "skipped" in err
+    assert [m.step for m in client.get_metric_history(run_id, "train/acc")] == list(range(10))
+
+
+def test_a_record_written_after_a_torn_line_is_not_lost_with_it(tmp_path):
+    """A crash mid-write leaves a line without its newline; the next write (a replay's `delivered` mark, a
+    retried pack) starts a line of its own instead of joining the torn one."""
+    path = tmp_path / "s.jsonl"
+    spool = Spool(path)
+    spool.append(batch("r", [1]))
+    with path.open("a") as f:
+        f.write(batch("r", [2]).to_json()[:25])
+    spool.append(batch("r", [3]))
+    read = __import__("grokray.tracking.spool", fromlist=["read_spool"]).read_spool(path)
+    assert [b.metrics[0][3] for b in read.batches] == [1, 3] and read.damaged == [2]

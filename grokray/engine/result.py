@@ -90,7 +90,11 @@ def load_checkpoint(trainer, path) -> None:
     """Restore with weights_only=True: a crafted pickle in a checkpoint cannot run code. A CheckpointDamaged if
     the file is not what was written (its digest, where one was written) or does not load into this trainer."""
     path = Path(path)
-    expected = digest_path(path).read_text().strip() if digest_path(path).is_file() else None
+    digest = digest_path(path)
+    try:  # a digest that is garbage too (not ASCII) or cannot be read: the checkpoint cannot be trusted either
+        expected = digest.read_bytes().decode("ascii").strip() if digest.exists() else None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointDamaged(f"{digest.name}, its digest, does not read: {type(exc).__name__}") from None
     if not path.is_file() or (expected is not None and _digest(path) != expected):
         raise CheckpointDamaged(f"{path.name} is missing or differs from what was written (size and SHA-256)")
     try:

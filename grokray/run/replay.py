@@ -11,7 +11,7 @@ from ..errors import SpecError
 from ..tracking.client import existing_store
 from ..tracking.delivery import replay_dir
 from ..tracking.drivers import left_by_dead_driver
-from ..tracking.spool import pending_points, spool_files
+from ..tracking.spool import pending_points, read_spool, spool_files
 from ..tracking.store import Store
 from ..tracking.trackers import open_tracker
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem
@@ -40,6 +40,7 @@ def replay(spool_dir: str, tracking_uri: str | None, wait_s: float, link_trials=
         complete_launch(spool_dir, uri)
         print(f"nothing left to replay: launch {Path(spool_dir).name} is delivered (parent run {done.run_id})")
         return 0
+    check_spool(spool_dir)
     batches, points = pending_points(spool_dir)
     sent, sent_points, left = replay_dir(spool_dir, open_tracker(uri), deadline_s=wait_s)
     print(f"replayed {sent} of {batches} batches ({sent_points} of {points} metric points) to {uri}")
@@ -55,3 +56,18 @@ def replay(spool_dir: str, tracking_uri: str | None, wait_s: float, link_trials=
         if note := left_by_dead_driver(Store(uri).run(parent)):  # delivered, but its driver never closed it
             print(note, file=sys.stderr)
     return 0
+
+
+def check_spool(spool_dir: str) -> None:
+    """A folder whose *.jsonl files hold no line grokray wrote is refused (no spool here); a damaged line of a
+    spool is named, and the rest is replayed without it."""
+    files = {path: read_spool(path) for path in spool_files(spool_dir)}
+    if not any(read.records for read in files.values()):
+        raise SpecError("dir", f"{str(Path(spool_dir))!r} holds no spool: none of its {len(files)} *.jsonl files "
+                               "has a line a grokray launch wrote; expected the folder a launch named "
+                               "(<storage>/undelivered/<launch key>)")
+    for path, read in files.items():
+        if read.damaged:
+            lines = ", ".join(map(str, read.damaged[:5])) + (" ..." if len(read.damaged) > 5 else "")
+            print(f"grokray: {path}: {len(read.damaged)} damaged lines (line {lines}) are not spooled batches; "
+                  "skipped, the rest is replayed", file=sys.stderr)

@@ -5,7 +5,8 @@ A worker never waits on MLflow for long. `Courier.send` tries to deliver a batch
 optional "terminate" of the run); if the tracking server is unreachable, the batch is appended to the spool (JSON
 lines under the sweep's storage directory, before anything else happens to it) and queued in memory, and
 training goes on. Later sends first retry the queue, oldest first, no sooner than the backoff allows (1 s,
-doubling to 30 s), each run's queued batches merged into one delivery, for at most DRAIN_SLICE_S a report. Training waits only when the queue holds more than `max_points` metric points: then it
+doubling to 30 s), each run's queued batches merged into one delivery, for at most DRAIN_SLICE_S a report.
+Training waits only when the queue holds more than `max_points` metric points: then it
 retries until the queue fits again, or until `block_s` has passed; what still cannot go out stays in the spool.
 
 A delivered spooled batch gets a `delivered` line in the same file; a file whose batches are all delivered is

@@ -1,6 +1,7 @@
 """The write-ahead spool of a tracking outage, as files: one JSON line per batch a worker or the driver could not
 deliver, written (and fsynced) before training goes on, and a `delivered` line once it went out. What is in a
-batch, how a spool file is read back (a line torn by a crash is skipped), and what a launch's spool folder holds.
+batch, how a spool file is read back (each line checked; a line torn by a crash is skipped), and what a launch's
+spool folder holds.
 Sending is delivery.py's."""
 
 from __future__ import annotations
@@ -96,38 +97,97 @@ class Spool:
 
     def append(self, batch: Batch) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        start = self._start()
         with self.path.open("a") as f:
-            f.write(batch.to_json() + "\n")
+            f.write(start + batch.to_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
         self.pending += 1
 
     def mark(self, *batch_ids: str) -> None:
+        start = self._start()
         with self.path.open("a") as f:
-            f.write("".join(json.dumps({"delivered": i}) + "\n" for i in batch_ids))
+            f.write(start + "".join(json.dumps({"delivered": i}) + "\n" for i in batch_ids))
         self.pending -= len(batch_ids)
         if self.pending <= 0 and not undelivered(self.path):
             self.path.unlink(missing_ok=True)
 
+    def _start(self) -> str:
+        """A newline where the file ends in a line a crash cut short: else the next record would join the torn
+        line and be lost with it."""
+        try:
+            with self.path.open("rb") as f:
+                if f.seek(0, os.SEEK_END) == 0:
+                    return ""
+                f.seek(-1, os.SEEK_END)
+                return "" if f.read(1) == b"\n" else "\n"
+        except FileNotFoundError:
+            return ""
 
-def undelivered(path: str | Path) -> list[Batch]:
-    """The batches of one spool file without a `delivered` line, in the order they were spooled."""
+
+@dataclass
+class SpoolRead:
+    """One spool file as read back: its undelivered batches in order, the numbers of its whole lines that are no
+    spool record (damaged, or another program's file), and how many lines were records."""
+
+    batches: list[Batch]
+    damaged: list[int]
+    records: int
+
+
+def read_spool(path: str | Path) -> SpoolRead:
+    """Every line checked as it is read: a line that is not a batch or a `delivered` mark grokray wrote is named
+    in `damaged` and skipped; what follows the last newline (a write a crash cut short) is dropped silently, since
+    that batch was never acknowledged."""
+    try:
+        lines = Path(path).read_bytes().split(b"\n")
+    except (FileNotFoundError, IsADirectoryError):
+        return SpoolRead([], [], 0)
+    lines.pop()  # b"" after a whole last line, or a torn one
     batches: dict[str, Batch] = {}
     done: set[str] = set()
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:  # a line cut short by a crash: that batch was never acknowledged
-            continue
-        if "delivered" in rec:
+    damaged: list[int] = []
+    for number, raw in enumerate(lines, 1):
+        rec = _record(raw)
+        if rec is None:
+            damaged.append(number)
+        elif "delivered" in rec:
             done.add(rec["delivered"])
         else:
             batches[rec["batch"]] = Batch.from_record(rec)
-    return [b for i, b in batches.items() if i not in done]
+    return SpoolRead([b for i, b in batches.items() if i not in done], damaged, len(lines) - len(damaged))
+
+
+def _record(raw: bytes) -> dict | None:
+    """A spool line's record, or None where the line is not one as Batch.to_json / Spool.mark write it."""
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    if "delivered" in rec:
+        return rec if isinstance(rec["delivered"], str) else None
+    metrics, strings = rec.get("metrics"), (rec.get("batch"), rec.get("run_id"))
+    if not all(isinstance(v, str) for v in strings) or not isinstance(metrics, list):
+        return None
+    if not all(_is_point(m) for m in metrics):
+        return None
+    for name in ("params", "tags", "texts", "create"):
+        if rec.get(name) is not None and not isinstance(rec[name], dict):
+            return None
+    return rec
+
+
+def _is_point(m) -> bool:
+    """[key, value, timestamp ms, step]."""
+    return (isinstance(m, list) and len(m) == 4 and isinstance(m[0], str)
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in m[1:]))
+
+
+def undelivered(path: str | Path) -> list[Batch]:
+    """The batches of one spool file without a `delivered` line, in the order they were spooled."""
+    return read_spool(path).batches
 
 
 def spool_files(directory: str | Path) -> list[Path]:

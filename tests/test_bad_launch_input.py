@@ -72,3 +72,63 @@ def test_resume_with_nothing_to_resume_starts_nothing_and_writes_nothing(command
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "--resume" in lines[0], lines
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def a_store(tmp_path_factory) -> bytes:
+    """The bytes of a small real MLflow SQLite store (4 runs of 500 points)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{path}")
+    exp = client.create_experiment("quickstart")
+    for _ in range(4):
+        run = client.create_run(exp).info.run_id
+        client.log_batch(run, metrics=[mlflow.entities.Metric("train/acc", 0.5, 1, s) for s in range(500)])
+    return path.read_bytes()
+
+
+def damaged(data: bytes, how: str) -> bytes:
+    if how == "bad header":
+        return b"\x00" * 16 + data[16:]
+    if how == "cut to 60%":
+        return data[: int(len(data) * 0.6)]
+    flipped = bytearray(data)  # "flipped pages": bytes of a few b-tree pages past the schema
+    for offset in range(len(data) // 3, len(data) // 3 + 4 * 4096, 97):
+        flipped[offset] ^= 0x5A
+    return bytes(flipped)
+
+
+@pytest.mark.parametrize("how", ["bad header", "cut to 60%", "flipped pages"])
+@pytest.mark.parametrize("command", ["run", "analyze"])
+def test_a_damaged_sqlite_store_is_one_line_before_anything_starts(a_store, how, command, tmp_path, monkeypatch,
+                                                                   capsys):
+    """Issue 71: a store corrupted between Ctrl-C and --resume was a 45-line sqlite3.DatabaseError traceback from
+    the WAL switch, after Ray had started. Now SQLite's own read-only check refuses it first, naming the flag."""
+    from grokray.cli import main
+
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(damaged(a_store, how))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    args = ([SPEC, "--scale", "smoke", "--storage", str(tmp_path / "results")] if command == "run"
+            else ["--experiment", "quickstart", "-o", str(tmp_path / "figures")])
+    code = main([command, *args, "--tracking-uri", f"sqlite:///{store}"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("grokray: error: --tracking-uri:") and str(store) in lines[0]
+    assert "restore it from a copy" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "work"] and list(work.iterdir()) == []
+    assert store.read_bytes() == damaged(a_store, how)  # read only: not "repaired", not switched to WAL
+
+
+def test_a_sound_store_passes_the_check(a_store, tmp_path):
+    from grokray.tracking.uri import sqlite_file_problem
+
+    (tmp_path / "ok.db").write_bytes(a_store)
+    assert sqlite_file_problem(tmp_path / "ok.db") is None
+    assert sqlite_file_problem(tmp_path / "not-there.db") is None

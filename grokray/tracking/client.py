@@ -16,7 +16,7 @@ from ..phases import counted_phase
 from .queries import parent_query
 from .records import RunQuery, RunRecord
 from .schema import PHASE_TAG, TRIAL_KEY_TAG
-from .uri import database_problem, local_store_path, resolve_tracking_uri, scheme_problem
+from .uri import database_problem, local_store_path, resolve_tracking_uri, scheme_problem, sqlite_file_problem
 
 MAX_VALUE_LEN = 6000
 SECRET = re.compile(r"token|password|passwd|secret|credential|key", re.IGNORECASE)
@@ -35,6 +35,8 @@ def existing_store(uri: str | None) -> str:
     if path is not None and not path.exists():
         raise SpecError("--tracking-uri", f"no MLflow store at {path} ({resolved}); run a sweep here first, or "
                         "name the store with --tracking-uri or MLFLOW_TRACKING_URI")
+    if path is not None and resolved.startswith("sqlite:") and (problem := sqlite_file_problem(path)):
+        raise SpecError("--tracking-uri", problem)
     return resolved
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -148,4 +148,42 @@ def tracking_uri_problem(uri: str) -> str | None:
     folder = path.parent if uri.startswith("sqlite:") else path
     if uri.startswith("sqlite:") and not folder.is_dir():
         return f"the folder of {str(path)!r} does not exist; make it first, or give another path"
-    return writable_dir_problem(folder)
+    return writable_dir_problem(folder) or (sqlite_file_problem(path) if uri.startswith("sqlite:") else None)
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+FULL_CHECK_MAX_BYTES = 1 << 30  # SQLite's quick_check reads the whole file: ~1 s a GB here; above, header checks only
+
+
+def sqlite_file_problem(path: Path) -> str | None:
+    """What makes an existing SQLite store unreadable, checked read-only before anything starts: a header that is
+    not SQLite's, or pages SQLite's quick_check finds damaged or missing (a file cut short).
+    A store that is not there yet is no problem (a launch makes it)."""
+    import sqlite3
+
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    advice = ("restore it from a copy, or name another store; a launch's undelivered metrics stay in its spool "
+              "(`grokray replay` delivers them to the store you name)")
+    with path.open("rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        return f"{path} is not an SQLite database (its header is not SQLite's): {advice}"
+    try:
+        con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=30)
+        try:
+            if path.stat().st_size <= FULL_CHECK_MAX_BYTES:
+                verdict = con.execute("PRAGMA quick_check(1)").fetchone()[0]
+            else:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                verdict = "ok"
+        finally:
+            con.close()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return None  # held by a writer right now: the launch's own open waits for it
+        return f"{path} cannot be read by SQLite ({exc}): {advice}"
+    except sqlite3.DatabaseError as exc:
+        return f"{path} is damaged ({exc}): {advice}"
+    verdict = " ".join(verdict.replace("*** in database main ***", "").split())  # one line
+    return None if verdict == "ok" else f"{path} is damaged (SQLite's quick_check: {verdict}): {advice}"

@@ -323,6 +323,46 @@ def test_bad_user_code_is_one_line_naming_the_field_and_nothing_starts(block, va
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "nolabels.npz"]  # no store, no results
 
 
+def _damaged_data(path, how: str) -> None:
+    good = {"x": np.zeros((10, 8)), "y": np.arange(10) % 2}
+    if how == "corrupt npz":
+        np.savez(path, **good)
+        data = bytearray(path.read_bytes())
+        data[10:60] = b"\xff" * 50  # the zip's first local header
+        path.write_bytes(bytes(data))
+    elif how == "cut npz":
+        np.savez(path, **good)
+        path.write_bytes(path.read_bytes()[:200])
+    elif how == "object array":  # np.savez pickles it; grokray reads with allow_pickle=False
+        np.savez(path, x=np.array([{"a": 1}] * 10, dtype=object), y=good["y"])
+    else:
+        path.write_bytes(b"\x80\x02 garbage, not a torch file" * 20)
+
+
+@pytest.mark.parametrize("how, name", [("corrupt npz", "d.npz"), ("cut npz", "d.npz"), ("object array", "d.npz"),
+                                       ("garbage pt", "d.pt")])
+def test_a_dataset_file_that_does_not_load_is_one_line_naming_task_path(how, name, tmp_path, capsys, monkeypatch):
+    """Issue 71: a corrupt .npz (zipfile.BadZipFile), an object array (numpy's allow_pickle refusal) or a garbage
+    .pt (torch's unpickler) were tracebacks, exit 1."""
+    import yaml
+
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(USERPKG))
+    _damaged_data(tmp_path / name, how)
+    raw = {**MLP, "task": {"name": "dataset", "path": name, "train_fraction": 0.6}, "name": "damaged"}
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(raw))
+    code = main(["run", str(tmp_path / "d.yaml"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db",
+                 "--storage", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("grokray: error: task.path: '") and f"{name}' does not load as" in lines[0]
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["d.yaml", name])  # no store, no results
+
+
 def test_a_module_that_casts_to_float32_is_refused_under_float64_naming_train_dtype(tmp_path, capsys, monkeypatch):
     """Issue 70: `train.dtype: float64` with a module that calls `.float()` passed every check and died mid-training
     with "expected scalar type Double but found Float" (exit 1). Now one line naming train.dtype, exit 2, nothing

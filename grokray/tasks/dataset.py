@@ -38,11 +38,19 @@ def _as_tensor(value, what: str, field: str) -> torch.Tensor:
 
 
 def _read_file(path: Path) -> dict:
-    """The named arrays of an .npz, or the dict of tensors of a .pt (read with weights_only=True)."""
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    loaded = torch.load(path, map_location="cpu", weights_only=True)
+    """The named arrays of an .npz, or the dict of tensors of a .pt (read with weights_only=True); a file that does
+    not load (damaged, cut short, pickled objects) is one line naming task.path, whatever the reader raised."""
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as npz:
+                return {k: npz[k] for k in npz.files}
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - zipfile, numpy's pickle refusal, torch's unpickler, a short read
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:240]
+        kind, example = (("an .npz of arrays", "np.savez(path, x=x, y=y)") if path.suffix == ".npz" else
+                         ("a torch.save file of tensors", "torch.save({'x': x, 'y': y}, path)"))
+        raise SpecError("task.path", f"{str(path)!r} does not load as {kind} ({why}); save plain numeric arrays, "
+                        f"e.g. {example}") from None
     if not isinstance(loaded, dict):
         raise SpecError("task.path", f"{str(path)!r} holds a {type(loaded).__name__}; expected a dict of named "
                         "tensors, e.g. torch.save({'x': x, 'y': y}, path)")

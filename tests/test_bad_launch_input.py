@@ -132,3 +132,39 @@ def test_a_sound_store_passes_the_check(a_store, tmp_path):
     (tmp_path / "ok.db").write_bytes(a_store)
     assert sqlite_file_problem(tmp_path / "ok.db") is None
     assert sqlite_file_problem(tmp_path / "not-there.db") is None
+
+
+@pytest.mark.parametrize("command", ["run", "search", "analyze", "replay"])
+def test_an_in_memory_store_no_process_holds_is_one_line_before_anything_starts(command, tmp_path, monkeypatch,
+                                                                                capsys):
+    """Issue 71: `--tracking-uri memory:///tmp/x` with no grokray holding it passed the dry-run, and run, search,
+    analyze and replay started Ray and died with ConnectionRefusedError tracebacks (43 lines, 63 files)."""
+    from grokray.cli import main
+
+    work = tmp_path / "work"
+    (work / "spool").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    uri = f"memory://{tmp_path}/gone"
+    args = {"run": [SPEC, "--scale", "smoke"], "search": [str(ROOT / "sweeps" / "degrok_toy.yaml"), "--scale", "smoke"],
+            "analyze": ["--experiment", "quickstart", "-o", "figures"], "replay": ["spool"]}[command]
+    code = main([command, *args, "--tracking-uri", uri])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("grokray: error: --tracking-uri: no process holds the in-memory store"), lines
+    assert "open_tracker('memory://')" in lines[0]
+    assert [p.name for p in work.iterdir()] == ["spool"] and list((work / "spool").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+
+
+def test_an_in_memory_store_this_process_holds_passes_the_check():
+    from grokray.tracking.memory import RemoteTracker
+    from grokray.tracking.trackers import open_tracker
+    from grokray.tracking.uri import memory_store_problem
+
+    tracker = open_tracker("memory://")
+    assert memory_store_problem(tracker.uri) is None and memory_store_problem(tracker.uri) is None
+    exp = RemoteTracker(tracker.uri).ensure_experiment("still-answers")  # the probes left its socket serving
+    assert tracker.experiment_id("still-answers") == exp
+    assert memory_store_problem(tracker.uri + "-not-it") is not None

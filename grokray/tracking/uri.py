@@ -109,12 +109,32 @@ DATABASES = {"postgresql": "pip install -e '.[postgres]'", "mysql": "pip install
              "mysql+pymysql://)", "mssql": "pip install pyodbc"}  # scheme -> how to install its driver
 
 
+def memory_store_problem(uri: str) -> str | None:
+    """An in-memory store lives in the process that opened it (tracking/memory.py): asked by connecting to its
+    socket with its key, so a store whose process ended is said here, not as a ConnectionRefusedError after Ray
+    started."""
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    folder = Path(uri[len("memory://"):])
+    try:
+        Client(str(folder / "socket"), family="AF_UNIX", authkey=(folder / "key").read_bytes()).close()
+        return None
+    except (OSError, EOFError, AuthenticationError):
+        return (f"no process holds the in-memory store {uri!r} (its process ended, or it was opened on another "
+                "machine); it lives as long as the process that opened it: open one there with "
+                "grokray.tracking.trackers.open_tracker('memory://') and pass its .uri, or use sqlite:///PATH "
+                "for a store that outlives the launch")
+
+
 def database_problem(uri: str, timeout_s: int = 3) -> str | None:
     """Why a database URI (postgresql://, mysql://, mssql://) cannot be opened now, or None; asked with a short
     timeout. A launch writes its parent run to the database before anything trains, so a closed port or a wrong
     password is said in one line here (it was a hang, then hundreds of lines); a server (http) instead may be down
     at the start, and its metrics wait in the spool. SQLAlchemy only: no MLflow import for a dry-run."""
     scheme = urlsplit(uri).scheme.split("+")[0].lower() if "://" in uri else ""
+    if scheme == "memory":
+        return memory_store_problem(uri)
     if scheme not in DATABASES:
         return None
     try:

@@ -168,3 +168,39 @@ def test_an_in_memory_store_this_process_holds_passes_the_check():
     exp = RemoteTracker(tracker.uri).ensure_experiment("still-answers")  # the probes left its socket serving
     assert tracker.experiment_id("still-answers") == exp
     assert memory_store_problem(tracker.uri + "-not-it") is not None
+
+
+@pytest.mark.parametrize("state", ["no such launch", "finished", "unrestorable"])
+def test_resume_is_answered_before_ray_starts_or_a_file_is_written(state, tmp_path, monkeypatch, capsys):
+    """Issue 71: with a store that holds no interrupted launch of the spec, --resume started Ray and wrote 63 files
+    before saying so, and --resume of a finished launch took 75 s (Ray's start) to say there was nothing to do."""
+    import ray
+    from mlflow.tracking import MlflowClient
+
+    from grokray.cli import main
+    from grokray.spec import load_spec
+    from grokray.tracking.schema import EXPERIMENT_PATH_TAG, KIND_TAG, PARENT, ROLE_TAG, SPEC_HASH_TAG
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    spec = load_spec(SPEC, [], "smoke")
+    exp = client.create_experiment(spec.name)
+    if state != "no such launch":  # a parent of this very spec, as a launch leaves it
+        run = client.create_run(exp, tags={ROLE_TAG: PARENT, SPEC_HASH_TAG: spec.hash(), KIND_TAG: "grid",
+                                           EXPERIMENT_PATH_TAG: str(tmp_path / "gone")})
+        client.set_terminated(run.info.run_id, "FINISHED" if state == "finished" else "KILLED")
+    capsys.readouterr()
+    code = main(["run", SPEC, "--scale", "smoke", "--resume", "--tracking-uri", uri,
+                 "--storage", str(tmp_path / "results")])
+    out, err = capsys.readouterr()
+    assert not ray.is_initialized()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("mlflow.db")) == []
+    if state == "finished":
+        assert code == 0 and "--resume has nothing to continue and changed nothing" in out, out + err
+    else:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("grokray: error: --resume: no interrupted grid"), \
+            lines

@@ -21,12 +21,12 @@ def run_sweep(spec: Spec, options: LaunchOptions | None = None, *, max_configs: 
     survey = Survey.of(spec)  # every configuration parses, or a SpecError leaves nothing behind
     check_budget(survey.budget_steps, yes=max_configs is None)
     check_fits(spec, survey.shapes.values())
-    with Launch(spec, options, kind="grid") as launch:
+    with Launch(spec, options, kind="grid", resumable=lambda run: tune.Tuner.can_restore(
+            run.tags.get(EXPERIMENT_PATH_TAG, "") or "/nonexistent")) as launch:
         packs = survey.packs(launch.slots, launch.gpu_free)  # (id, indices): the driver holds no configuration
         n, total_work = survey.n_configs, survey.work(packs)
         if options.resume:
-            parent = launch.resume_parent(lambda run: tune.Tuner.can_restore(
-                run.tags.get(EXPERIMENT_PATH_TAG, "") or "/nonexistent"))
+            parent = launch.resume_parent()
             tuner = launch.tuner("", restore=parent.tags[EXPERIMENT_PATH_TAG], total_configs=n, total_work=total_work)
         else:
             name = f"{spec.name}_{time.strftime('%Y%m%d-%H%M%S')}"

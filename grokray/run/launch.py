@@ -27,14 +27,15 @@ from ray import tune
 from ..errors import LaunchFinished, SpecError
 from ..spec import Spec
 from ..tracking.background import BackgroundDelivery
-from ..tracking.client import StoreAway
+from ..tracking.client import StoreAway, find_parent
 from ..tracking.drivers import dead_driver_pid, left_by_dead_driver
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
 from ..tracking.records import RunStatus
 from ..tracking.schema import CONFIGURATIONS_TAG
 from ..tracking.spool import pending_points
-from ..tracking.uri import resolve_tracking_uri
+from ..tracking.trackers import open_tracker
+from ..tracking.uri import resolve_tracking_uri, server_answers
 from ..user_code import code_paths
 from .cluster import (
     busy_machine_note,
@@ -110,9 +111,11 @@ def replace_restored_callbacks(tuner: tune.Tuner, callbacks: list) -> bool:
 class Launch:
     """One launch of one spec: Ray, the parent run, its rounds of Tune runs, its close."""
 
-    def __init__(self, spec: Spec, options: LaunchOptions, kind: str, default_report_s: float = 30.0):
+    def __init__(self, spec: Spec, options: LaunchOptions, kind: str, default_report_s: float = 30.0,
+                 resumable=None):
+        """`resumable(parent run)`: whether --resume can continue that launch (a grid: Tune can restore it)."""
         options.validate()
-        self.spec, self.options, self.kind = spec, options, kind
+        self.spec, self.options, self.kind, self.resumable = spec, options, kind, resumable
         self.min_report_s = default_report_s if options.min_report_s is None else options.min_report_s
         self.storage = resolve_storage(options.storage)
         self.uri = resolve_tracking_uri(options.tracking_uri)
@@ -130,6 +133,7 @@ class Launch:
     # -- Ray up and down -----------------------------------------------------------------------------------------
     def __enter__(self) -> Launch:
         check_gpu_request(self.spec, self.options)  # before Ray starts or MLflow is written
+        self._resume_asked_early()
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the legacy engine prints nothing
         os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
         # MLflow is imported and its store opened (a new SQLite file runs the schema migrations) while Ray starts,
@@ -188,24 +192,36 @@ class Launch:
         return self.parent.open(self.kind, self.spec.hash(), run_name, swept, log_axes, spec_text,
                                 {**self.options.parent_tags, **(tags or {})})
 
-    def resume_parent(self, check=None):
-        """The latest parent of this spec and kind, running again; SpecError('--resume') when there is none (or
-        `check(run)` refuses it); LaunchFinished, touching nothing, when it closed as finished (a finished launch's
-        record is never rewritten)."""
-        run = self.parent.find(self.spec.hash(), self.kind)
+    def _resume_asked_early(self) -> None:
+        """--resume's question asked before Ray starts or a file is written: nothing to continue, or a launch that
+        finished, is said at once (it came after Ray's start and 63 files). A server that does not answer now is
+        asked again by the launch, which waits out an outage."""
+        if not self.options.resume or (self.uri.startswith("http") and not server_answers(self.uri)):
+            return
+        self._resumable_parent(find_parent(open_tracker(self.uri), self.spec.name, self.spec.hash(), self.kind))
+
+    def resume_parent(self):
+        """The latest parent of this spec and kind, running again (see _resumable_parent)."""
+        run = self._resumable_parent(self.parent.find(self.spec.hash(), self.kind))
+        if pid := dead_driver_pid(run):  # said, so a user who thought it was still running knows it was not
+            print(f"grokray: continuing the {self.kind} launch {run.name!r} (parent run {run.run_id[:8]}), left "
+                  f"RUNNING by a driver that died (pid {pid})", file=sys.stderr)
+        self.parent.resume(run.run_id)
+        return run
+
+    def _resumable_parent(self, run):
+        """`run`, the latest parent of this spec and kind, if --resume can continue it; SpecError('--resume') when
+        there is none (or `resumable(run)` refuses it); LaunchFinished, touching nothing, when it closed as finished
+        (a finished launch's record is never rewritten)."""
         if run is not None and run.status == RunStatus.FINISHED:
             ended = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.end_ms or 0) / 1e3))
             configs = run.tags.get(CONFIGURATIONS_TAG, "?")
             raise LaunchFinished(f"grokray: the {self.kind} launch of {self.spec.name!r} finished at {ended} "
                                  f"({configs} configurations, parent run {run.run_id}): --resume has nothing to "
                                  "continue and changed nothing; run without --resume for a new launch", run.run_id)
-        if run is None or (check is not None and not check(run)):
+        if run is None or (self.resumable is not None and not self.resumable(run)):
             raise SpecError("--resume", f"no interrupted {self.kind} launch of spec {self.spec.name!r} "
                             f"(hash {self.spec.hash()}) found in {self.uri}; run without --resume")
-        if pid := dead_driver_pid(run):  # said, so a user who thought it was still running knows it was not
-            print(f"grokray: continuing the {self.kind} launch {run.name!r} (parent run {run.run_id[:8]}), left "
-                  f"RUNNING by a driver that died (pid {pid})", file=sys.stderr)
-        self.parent.resume(run.run_id)
         return run
 
     @property

@@ -196,17 +196,17 @@ def analyze(out_dir: str | Path, experiment: str | None = None, parent_run_id: s
         df = counted_once(df)
     x, y = default_axes(df, x, y)
     name = title or experiment or launch_label(parent_run_id, tracking_uri)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    grid, counts, files = _diagram_files(df, x, y, name, out)
-
     comparison = other_label = None
     other_read: list[LaunchRead] = []
-    if compare_to is not None:
+    if compare_to is not None:  # read and judged before a file is written: a bad --compare leaves nothing
         other, other_label, other_read = _compared(compare_to, tracking_uri)
         told += _allowed(MixedLaunches(COMPARISON, f"the comparison with {other_label}",
                                        differences(read, other_read)), mixed)
         comparison = compare(df, other, x, y)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    grid, counts, files = _diagram_files(df, x, y, name, out)
+    if comparison is not None:
         sides = (_side(name, read), _side(other_label, other_read))
         files += _comparison_files(comparison, sides, out, mixed=told)
 

@@ -172,6 +172,13 @@ def test_analyze_cli_compare(store, tmp_path, capsys):
     assert f"1 cell {old} → {new}" in capsys.readouterr().out
     assert main([*args, "--compare", "quickstart"]) == 0
     assert "no phase changed" in capsys.readouterr().out
+    # issue 71: an unknown --compare wrote the 7 diagram files, then refused
+    nowhere = tmp_path / "not-written"
+    refused = ["analyze", "--experiment", "quickstart", "--tracking-uri", store["uri"], "-o", str(nowhere)]
+    assert main([*refused, "--compare", "0123456789abcdef0123456789abcdef"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("grokray: error: --compare:"), err
+    assert not nowhere.exists()
 
 
 def _copy_launch(store, experiment: str, params: dict | None = None, start_ms: int = 0) -> str:

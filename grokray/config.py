@@ -18,6 +18,17 @@ from typing import Any, ClassVar, Literal
 
 from .errors import Mistakes, SpecError, did_you_mean
 
+# Upper bounds a launch could meet, so a typo (1e12 for 1e2) is refused in one line instead of launching a run
+# that never ends or never schedules (issue 71). Generous: each is far past any published setting.
+MAX_STEPS = 10**9  # train.steps, phases.budget and gap, warmup, --checkpoint-every: 10^9 steps is days on a GPU
+MAX_BATCH = 10**8  # rows in one batch
+MAX_CURVE_POINTS = 1000  # curve points per decade of steps
+MAX_CONCURRENT = 100_000  # trials at once (--max-concurrent, search.max_concurrent)
+MAX_TRIALS = 10**6  # a search's trials
+MAX_PACK = 65_536  # members of one pack
+MAX_CPUS = 1024  # CPUs one pack asks for
+MAX_WAIT_S = 7 * 86400  # --report-every, --delivery-wait: a week
+
 
 def bounded(default, *, ge=None, gt=None, le=None, lt=None, doc: str = ""):
     """A dataclass field whose numeric bounds are checked at parse time."""
@@ -205,7 +216,7 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = bounded(1e-8, gt=0.0)
     momentum: float = bounded(0.0, ge=0.0, lt=1.0, doc="sgd's heavy ball; muon's Nesterov momentum (0.95 usual)")
-    warmup_steps: int = bounded(0, ge=0)
+    warmup_steps: int = bounded(0, ge=0, le=MAX_STEPS)
     # False: lr x (step + 1) / warmup_steps, full from the warm-up's last step; True: lr x step / warmup_steps, so the
     # first update moves nothing (Adam's moments still see its gradient): torch's LambdaLR(lambda u: u / warmup) as
     # the Grokfast code writes it, and Hugging Face's linear warm-up
@@ -247,13 +258,13 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = bounded(100_000, ge=1, doc="optimizer steps (iterations for rfm)")
+    steps: int = bounded(100_000, ge=1, le=MAX_STEPS, doc="optimizer steps (iterations for rfm)")
     batch_size: int | Literal["full"] = "full"
     # iid: each batch drawn with replacement; epochs: each member's rows shuffled every epoch and cut into batches,
     # the last smaller (a PyTorch DataLoader with shuffle=True, as the Grokfast benchmark draws them)
     batches: Literal["iid", "epochs"] = "iid"
     eval_every: int | Literal["auto"] = "auto"
-    curve_points_per_decade: int = bounded(20, ge=1)
+    curve_points_per_decade: int = bounded(20, ge=1, le=MAX_CURVE_POINTS)
     dtype: Literal["float32", "float64"] = "float32"
     # eager: the reference step; compiled: forward, backward and updates captured once by torch.compile (CUDA
     # graphs on a GPU) and reused; auto: the one measured faster on the device (grokray/capture.py)
@@ -274,8 +285,8 @@ class TrainConfig:
     seed_stream: Literal["per_purpose", "script"] = "per_purpose"
 
     def validate(self, path):
-        if isinstance(self.batch_size, int) and self.batch_size < 1:
-            raise SpecError(f"{path}.batch_size", f"got {self.batch_size}; must be >= 1 or 'full'")
+        if isinstance(self.batch_size, int) and not 1 <= self.batch_size <= MAX_BATCH:
+            raise SpecError(f"{path}.batch_size", f"got {self.batch_size:,}; must be 1..{MAX_BATCH:,} rows or 'full'")
         if isinstance(self.eval_every, int) and self.eval_every < 1:
             raise SpecError(f"{path}.eval_every", f"got {self.eval_every}; must be >= 1 or 'auto'")
         if self.batches == "epochs" and self.batch_size == "full":
@@ -296,8 +307,8 @@ class PhaseConfig:
     """Liu et al. appendix A: thresholds of the phase table."""
 
     threshold: float = bounded(0.9, gt=0.0, le=1.0)
-    budget: int = bounded(100_000, ge=1)
-    gap: int = bounded(1000, ge=1)
+    budget: int = bounded(100_000, ge=1, le=MAX_STEPS)
+    gap: int = bounded(1000, ge=1, le=MAX_STEPS)
     stop_when_classified: bool = True
 
 

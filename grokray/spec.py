@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import yaml
 
-from .config import bounded, coerce, parse_dataclass, unknown_key_error
+from .config import MAX_CPUS, MAX_PACK, bounded, coerce, parse_dataclass, unknown_key_error
 from .errors import Mistakes, SpecError
 from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
 from .spec_file import read_yaml
@@ -37,7 +37,7 @@ from .trial import TrialConfig, parse_trial
 
 @dataclass
 class ResourcesConfig:
-    cpu: float = bounded(1.0, gt=0.0)
+    cpu: float = bounded(1.0, gt=0.0, le=MAX_CPUS)
     gpu: float = bounded(0.0, ge=0.0)
     pack_size: int | Literal["auto"] = "auto"
 
@@ -47,8 +47,8 @@ class ResourcesConfig:
         return device_for(self.gpu)
 
     def validate(self, path):
-        if isinstance(self.pack_size, int) and self.pack_size < 1:
-            raise SpecError(f"{path}.pack_size", f"got {self.pack_size}; must be >= 1 or 'auto'")
+        if isinstance(self.pack_size, int) and not 1 <= self.pack_size <= MAX_PACK:
+            raise SpecError(f"{path}.pack_size", f"got {self.pack_size:,}; must be 1..{MAX_PACK:,} or 'auto'")
 
 
 def device_for(gpu: float) -> str:

@@ -10,6 +10,24 @@ import yaml
 from .errors import SpecError
 from .spec_keys import SPEC_KEYS
 
+MAX_VALUES = 100_000  # values a spec may hold once its YAML aliases are expanded
+
+
+def _expands_past(raw, most: int) -> bool:
+    """Whether `raw`, aliases expanded (PyYAML shares an aliased node instead of copying it, so a 'billion laughs'
+    loads at once and explodes only when something walks or copies it), holds more than `most` values."""
+    count, todo = 0, [raw]
+    while todo:
+        value = todo.pop()
+        count += 1
+        if count > most:
+            return True
+        if isinstance(value, dict):
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+    return False
+
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
@@ -35,6 +53,9 @@ def read_yaml(path: str | Path) -> dict:
         raise SpecError("spec", f"malformed YAML in {path.name}{where}: {problem}") from None
     if raw is None:
         raise SpecError("spec", f"{path.name} is empty; a spec needs at least 'task' and 'model'")
+    if _expands_past(raw, MAX_VALUES):
+        raise SpecError("spec", f"{path.name} expands to more than {MAX_VALUES:,} values through YAML aliases (a "
+                        "'billion laughs'); a spec is a few hundred values")
     if not isinstance(raw, dict):
         raise SpecError("spec", f"{path.name} must be a mapping of {', '.join(SPEC_KEYS)}; got {type(raw).__name__}")
     return raw

@@ -16,11 +16,12 @@ def check_name(name, field: str) -> str:
         raise SpecError(field, f"expected a non-empty string, got {name!r}")
     if len(name) > MAX_NAME:
         raise SpecError(field, f"has {len(name)} characters; at most {MAX_NAME} (it names folders and files)")
-    bad = sorted({c for c in name if c in "/\\" or ord(c) < 32 or ord(c) == 127})
-    if bad or name in (".", ".."):
+    bad = sorted({c for c in name if c in "/\\" or not (c.isprintable() or c == " ")})
+    if bad or name in (".", ".."):  # isprintable: no control, format (bidi, zero-width) or separator characters
         what = ", ".join(repr(c) for c in bad) if bad else repr(name)
-        raise SpecError(field, f"got {name!r}; a name stays inside the folders built from it: no path separators, "
-                        f"control characters, '.' or '..' ({what})")
+        raise SpecError(field, f"got {name!r}; a name stays inside the folders built from it and reads as it is "
+                        f"written: no path separators, control, format or line-separator characters, '.' or '..' "
+                        f"({what})")
     return name
 
 

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = str(ROOT / "sweeps" / "quickstart.yaml")
-CASES = [  # (extra arguments, the option the line must name); tests/test_bad_inputs.py holds 357 in-process
+CASES = [  # (extra arguments, the option the line must name); tests/test_bad_inputs.py holds 437 in-process
     (["--tracking-uri", "foo://bar"], "--tracking-uri"),
     (["--delivery-wait", "nan"], "--delivery-wait"),  # issue 61: NaN passed every comparison
     (["-s", "seeds=[1,1]"], "seeds"),  # issue 61: trained twice, counted twice

@@ -26,6 +26,9 @@ class ToyConfig:
     combine: Literal["auto", "sum", "matmul"] = "auto"  # auto: matmul for permutation tasks, else sum
 
     def validate(self, path):
+        if not self.hidden:
+            raise SpecError(f"{path}.hidden", "got []; the decoder is an MLP of at least one hidden layer, e.g. "
+                            "[200, 200] (Liu et al.)")
         for i, width in enumerate(self.hidden):
             if width < 1:
                 raise SpecError(f"{path}.hidden[{i}]", f"got {width}; widths must be >= 1")

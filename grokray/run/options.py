@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import MAX_CONCURRENT, MAX_STEPS, MAX_WAIT_S
 from ..errors import Mistakes, SpecError
 from ..tracking.records import RunStatus
 from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem, writable_dir_problem
@@ -48,13 +48,18 @@ class LaunchOptions:
         each CLI flag). A dry-run calls it too, so it refuses what the launch would refuse: where the launch would
         write must be writable, though nothing is written yet (a store need not exist, only its folder)."""
         checks = [
-            (self.max_concurrent is not None and self.max_concurrent < 1, "--max-concurrent",
-             f"got {self.max_concurrent}; must be >= 1"),
-            (self.checkpoint_every < 1, "--checkpoint-every", f"got {self.checkpoint_every}; must be >= 1"),
-            (self.min_report_s is not None and not (self.min_report_s >= 0 and math.isfinite(self.min_report_s)),
-             "--report-every", f"got {self.min_report_s}; must be a finite number of seconds >= 0"),
-            (not (self.delivery_wait_s >= 0 and math.isfinite(self.delivery_wait_s)), "--delivery-wait",
-             f"got {self.delivery_wait_s}; must be a finite number of seconds >= 0"),
+            (self.max_concurrent is not None and not 1 <= self.max_concurrent <= MAX_CONCURRENT, "--max-concurrent",
+             f"got {self.max_concurrent}; must be 1..{MAX_CONCURRENT:,}"),
+            (not 1 <= self.checkpoint_every <= MAX_STEPS, "--checkpoint-every",
+             f"got {self.checkpoint_every}; must be 1..{MAX_STEPS:,} steps"),
+            (self.min_report_s is not None and not 0 <= self.min_report_s <= MAX_WAIT_S, "--report-every",
+             f"got {self.min_report_s}; must be 0..{MAX_WAIT_S:,} seconds (a week)"),
+            (not 0 <= self.delivery_wait_s <= MAX_WAIT_S, "--delivery-wait",
+             f"got {self.delivery_wait_s}; must be 0..{MAX_WAIT_S:,} seconds (a week)"),
+            (self.tracking_uri == "", "--tracking-uri", "got an empty URI; name a store, or leave the flag out for "
+             "MLFLOW_TRACKING_URI or sqlite:///mlflow.db"),
+            (self.storage == "", "--storage", "got an empty path; name a folder, or leave the flag out for "
+             "./grokray-results"),
             (self.progress not in PROGRESS_MODES, "--progress",
              f"got {self.progress!r}; allowed: {', '.join(PROGRESS_MODES)}"),
             (self.max_failures < 0, "max_failures", f"got {self.max_failures}; must be >= 0"),

@@ -31,11 +31,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..config import check_block, coerce, unknown_key_error
+from ..config import MAX_CONCURRENT, MAX_TRIALS, check_block, coerce, unknown_key_error
 from ..errors import SpecError
 from ..plan.expand import Member, Pack, Plan
 from ..spec import TRIAL_KEYS, Spec
-from ..spec_rules import check_name
+from ..spec_rules import check_distinct, check_name
 from .confirm import ConfirmConfig, parse_confirm
 
 OBJECTIVES = ("time_to_generalize", "grokking_gap")
@@ -135,7 +135,7 @@ def _dist(path: str, raw) -> Dist:
         for i, v in enumerate(arg):
             if not (v is None or isinstance(v, bool | int | float | str)):
                 raise SpecError(f"{where}[{i}]", f"choices must be numbers, strings, booleans or null; got {v!r}")
-        return Dist("categorical", choices=tuple(arg))
+        return Dist("categorical", choices=tuple(check_distinct(arg, where, "choice")))
     if not isinstance(arg, list) or len(arg) != 2:
         raise SpecError(where, f"expected [low, high], got {arg!r}")
     tp = float if kind == "float" else int
@@ -207,8 +207,9 @@ def parse_search(spec: Spec) -> SearchConfig:
         raise SpecError("search", "missing; `grokray search` needs a search: block with a space (see README)")
     check_block(raw, "search", SEARCH_KEYS)
     space = _parse_space(raw.get("space"), spec)
-    n_trials = coerce(int, raw.get("n_trials", 20), "search.n_trials", {"ge": 1})
-    max_concurrent = coerce(int, raw.get("max_concurrent", 1), "search.max_concurrent", {"ge": 1})
+    n_trials = coerce(int, raw.get("n_trials", 20), "search.n_trials", {"ge": 1, "le": MAX_TRIALS})
+    max_concurrent = coerce(int, raw.get("max_concurrent", 1), "search.max_concurrent",
+                            {"ge": 1, "le": MAX_CONCURRENT})
     seed = coerce(int, raw.get("seed", 0), "search.seed")
     objective = _parse_objective(raw.get("objective", "time_to_generalize"))
     sampler = raw.get("sampler", "tpe")

@@ -7,7 +7,7 @@ import os
 import sys
 
 from .cli_parser import build_parser as make_parser
-from .errors import AtlasStopped, LaunchFinished, Mistakes, SpecError
+from .errors import AtlasStopped, LaunchFinished, Mistakes, RayDidNotStart, SpecError
 from .run.options import LaunchOptions, clock
 from .run.signals import sigterm_as_ctrl_c
 from .supervisor import supervise, wanted, watch_supervisor
@@ -321,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     return make_parser(HANDLERS)
 
 
+EXIT_RAY_DID_NOT_START = 4  # a private local Ray did not come up, tried twice (README: exit codes)
 EXIT_BROKEN_PIPE = 141  # as a shell tool killed by SIGPIPE ends, where Python would print a traceback
 
 
@@ -358,6 +359,9 @@ def _handled(args) -> int:
     except AtlasStopped as stopped:  # a stop signal during an atlas piece: no page of part of a figure
         print(stopped, file=sys.stderr)
         return 1
+    except RayDidNotStart as busy:  # a busy machine: one line, nothing started
+        print(busy, file=sys.stderr)
+        return EXIT_RAY_DID_NOT_START
     except KeyboardInterrupt:
         print("grokray: interrupted", file=sys.stderr)
         return 130

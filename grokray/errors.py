@@ -45,6 +45,11 @@ class LaunchFinished(Exception):
         self.run_id = run_id  # the finished parent
 
 
+class RayDidNotStart(Exception):
+    """A private local Ray did not come up, tried twice (a busy machine: Ray waits a fixed 30 s for its raylet).
+    Nothing trained and nothing was written to the store; the CLI prints the message and exits 4."""
+
+
 class AtlasStopped(Exception):
     """A stop signal ended an atlas piece before it finished: no page is written for a part of a figure, and the
     next `grokray atlas` resumes the piece. The CLI prints the message and exits 1, as a stopped launch does."""

@@ -204,3 +204,67 @@ def test_resume_is_answered_before_ray_starts_or_a_file_is_written(state, tmp_pa
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1 and lines[0].startswith("grokray: error: --resume: no interrupted grid"), \
             lines
+
+
+RAY_TIMEOUT = ("The current node timed out during startup. This could happen because some of the raylet failed to "
+               "startup or the GCS has become overloaded.")  # Ray's own words, after its fixed 30 s
+
+
+def test_a_private_ray_that_misses_its_start_up_wait_is_tried_again_then_said_in_one_line(monkeypatch):
+    """Issue 71: at a load above 15 on 2 cores Ray's node missed its fixed 30-s start-up wait in 7 of 10 launches:
+    a 30-line traceback, exit 1 (read as "a trial failed"). Ray's start is made to fail here as it fails there (a
+    busy machine is not something a test can own); the retry and the line are grokray's."""
+    import ray
+
+    from grokray.errors import RayDidNotStart
+    from grokray.run.cluster import start_local_ray
+
+    calls, shutdowns = [], []
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
+
+    def slow_then_up():
+        calls.append(1)
+        if len(calls) == 1:
+            raise Exception(RAY_TIMEOUT)
+
+    start_local_ray(slow_then_up)
+    assert len(calls) == 2 and len(shutdowns) == 1  # the second try started it
+
+    def never_up():
+        calls.append(1)
+        raise Exception(RAY_TIMEOUT)
+
+    calls.clear()
+    with pytest.raises(RayDidNotStart, match=r"Ray did not start \(2 tries.*load \d+\.\d on \d+ cores.*--address"):
+        start_local_ray(never_up)
+    assert len(calls) == 2
+
+    def broken():
+        raise ValueError("not a start-up timeout")
+
+    with pytest.raises(ValueError):  # anything else is not retried
+        start_local_ray(broken)
+
+
+def test_a_launch_whose_ray_never_starts_exits_4_with_one_line_and_trains_nothing(tmp_path, monkeypatch, capsys):
+    import ray
+
+    from grokray.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    tries = []
+
+    def busy_init(*args, **kwargs):
+        tries.append(kwargs.get("address"))
+        raise Exception(RAY_TIMEOUT)
+
+    monkeypatch.setattr(ray, "init", busy_init)
+    code = main(["run", SPEC, "--scale", "smoke", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                 "--storage", str(tmp_path / "results")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 4 and tries == ["local", "local"], (code, tries, err)
+    assert [line for line in err if "Ray did not start" in line] == [err[-1]] and "Traceback" not in "".join(err)
+    assert err[-1].startswith("grokray: Ray did not start (2 tries")
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.pt"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import ray
 
-from ..errors import SpecError
+from ..errors import RayDidNotStart, SpecError
 from ..plan.expand import local_slots
 from ..spec import Spec
 from .options import DEFAULT_STORAGE, check_local_gpu_request
@@ -130,9 +130,36 @@ def start_ray(options) -> bool:
             # a private Ray's trials are the user's own job, as `grokray train` is: at Ray's default nice 15 any
             # other job on the machine starves them. A niceness the user set in the environment is kept.
             with _env(WORKER_NICENESS, os.environ.get(WORKER_NICENESS, "0")):
-                ray.init(address="local", num_cpus=options.num_cpus, include_dashboard=False, **quiet)
+                start_local_ray(lambda: ray.init(address="local", num_cpus=options.num_cpus,
+                                                 include_dashboard=False, **quiet))
     sigterm_as_ctrl_c()  # again: ray.init installs its own SIGTERM handler, which ends the driver at once
     return True
+
+
+RAY_START_TRIES = 2
+RAY_STARTUP_TIMEOUTS = ("timed out during startup", "Timed out waiting for file", "timed out waiting for")
+
+
+def start_local_ray(init, tries: int = RAY_START_TRIES) -> None:
+    """`init()` (a private local Ray's ray.init), tried again after a start-up timeout: Ray waits a fixed 30 s for
+    its raylet to register (not a setting), which a machine at a load of 15+ on 2 cores misses about 7 times in 10.
+    A start that fails every try is RayDidNotStart, one line with the load, instead of Ray's 30-line traceback
+    (which the README's exit codes read as a failed trial). Ray's processes of a failed try are shut down."""
+    for attempt in range(1, tries + 1):
+        try:
+            init()
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a start-up timeout
+            if not any(words in str(exc) for words in RAY_STARTUP_TIMEOUTS):
+                raise
+            ray.shutdown()  # the half-started node's processes go before the next try
+            if attempt == tries:
+                cores = os.cpu_count() or 1
+                load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+                raise RayDidNotStart(
+                    f"grokray: Ray did not start ({tries} tries; it waits 30 s for its node): the machine is busy "
+                    f"(load {load:.1f} on {cores} cores); nothing trained and no run was opened in the store. "
+                    "Try again when it is quieter, or pass --address to join a Ray that is running") from None
 
 
 def check_gpu_request(spec: Spec, options) -> None:

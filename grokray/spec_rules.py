@@ -20,8 +20,8 @@ def check_name(name, field: str) -> str:
     if bad or name in (".", ".."):  # isprintable: no control, format (bidi, zero-width) or separator characters
         what = ", ".join(repr(c) for c in bad) if bad else repr(name)
         raise SpecError(field, f"got {name!r}; a name stays inside the folders built from it and reads as it is "
-                        f"written: no path separators, control, format or line-separator characters, '.' or '..' "
-                        f"({what})")
+                        "written: no path separators, control characters, format or line-separator characters, "
+                        f"'.' or '..' ({what})")
     return name
 
 

@@ -106,7 +106,7 @@ def test_no_traceback_from_the_real_console_script(tmp_path):
     spec.write_text(with_change("train.steps", -5))
     proc = subprocess.run([sys.executable, "-m", "grokray.cli", "train", str(spec)], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "grokray: error: train.steps: got -5; must be >= 1"
+    assert proc.stderr.strip() == "grokray: error: train.steps: got -5; must be >= 1 and <= 1000000000"
     assert Path(spec).exists()
 
 

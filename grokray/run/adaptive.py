@@ -31,7 +31,7 @@ from ..tracking.schema import (
     PHASE_TAG,
     TRIAL_KEY_TAG,
 )
-from .launch import Launch
+from .launch import Launch, any_parent
 from .options import LaunchOptions, LaunchSummary
 
 
@@ -127,7 +127,7 @@ def run_adaptive(spec: Spec, options: LaunchOptions | None = None, *, max_rounds
     x, y = plan.lattice.x, plan.lattice.y
     swept = [x.key, y.key] + (["seed"] if len(plan.seeds) > 1 or plan.rules.extra_seeds else [])
     log_axes = sorted(a.key for a in (x, y) if a.log)
-    with Launch(spec, options, kind="adaptive") as launch:
+    with Launch(spec, options, kind="adaptive", resumable=any_parent) as launch:
         rounds = Rounds(launch, spec, plan)
         if options.resume:
             launch.resume_parent()

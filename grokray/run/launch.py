@@ -108,12 +108,19 @@ def replace_restored_callbacks(tuner: tune.Tuner, callbacks: list) -> bool:
     return True
 
 
+def any_parent(run) -> bool:
+    """The `resumable` of a driver that can continue any interrupted parent of its spec (adaptive)."""
+    return True
+
+
 class Launch:
     """One launch of one spec: Ray, the parent run, its rounds of Tune runs, its close."""
 
     def __init__(self, spec: Spec, options: LaunchOptions, kind: str, default_report_s: float = 30.0,
                  resumable=None):
-        """`resumable(parent run)`: whether --resume can continue that launch (a grid: Tune can restore it)."""
+        """`resumable(parent run)`: whether --resume can continue that launch (a grid: Tune can restore it), for a
+        driver that resumes its parent (resume_parent); None for one that resumes its own way (a search grows its
+        study, and a finished search can be resumed)."""
         options.validate()
         self.spec, self.options, self.kind, self.resumable = spec, options, kind, resumable
         self.min_report_s = default_report_s if options.min_report_s is None else options.min_report_s
@@ -196,7 +203,8 @@ class Launch:
         """--resume's question asked before Ray starts or a file is written: nothing to continue, or a launch that
         finished, is said at once (it came after Ray's start and 63 files). A server that does not answer now is
         asked again by the launch, which waits out an outage."""
-        if not self.options.resume or (self.uri.startswith("http") and not server_answers(self.uri)):
+        if not self.options.resume or self.resumable is None or (self.uri.startswith("http")
+                                                                 and not server_answers(self.uri)):
             return
         self._resumable_parent(find_parent(open_tracker(self.uri), self.spec.name, self.spec.hash(), self.kind))
 

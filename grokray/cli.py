@@ -217,9 +217,12 @@ def _search_dry_run(spec, cfg, args) -> int:
 
 def _analyze(args) -> int:
     from .tracking.client import existing_store
+    from .tracking.uri import folder_problem
 
     if args.experiment is None and args.parent is None:
         raise SpecError("--experiment", "give the experiment (the spec's name) or --parent RUN_ID")
+    if problem := folder_problem(args.output):  # before anything is read: a figure must have somewhere to go
+        raise SpecError("-o", problem)
     uri = existing_store(args.tracking_uri)  # a reading command never creates a store
     from analysis.errors import AXES, COMPARED, COMPARISON, POOL, AnalysisError, X, Y
     from analysis.pipeline import analyze, summary_lines
@@ -254,14 +257,13 @@ def _ui(args) -> int:
 def _atlas_places(args) -> None:
     """Where the atlas writes, checked before a piece trains: its pages' folder, and for a run what its pieces'
     launches check (`-o /proc/x` trained a whole piece, then failed writing its page)."""
-    from pathlib import Path
 
     from .tracking.client import existing_store
-    from .tracking.uri import writable_dir_problem
+    from .tracking.uri import folder_problem
 
     mistakes = Mistakes()
     with mistakes.check():
-        if problem := writable_dir_problem(Path(args.output).resolve()):
+        if problem := folder_problem(args.output):
             raise SpecError("-o", problem)
     with mistakes.check():
         if args.pages_only:  # a reading command: the store must be there (never made empty)

@@ -115,6 +115,7 @@ FLAGS = [  # (launch flags on the quickstart run, the flag the line names)
     (["--report-every", "1e18"], "--report-every"),
     (["--tracking-uri", ""], "--tracking-uri"), (["--storage", ""], "--storage"),
     (["--max-concurrent", "1000000000000"], "--max-concurrent"), (["--delivery-wait", "1e15"], "--delivery-wait"),
+    (["--storage", "loop/results"], "--storage"), (["--tracking-uri", "sqlite:///loop/m.db"], "--tracking-uri"),
 ]
 
 RUN_ONLY = [(["--max-configs", "0"], "--max-configs"), (["--max-configs", "-1"], "--max-configs"),
@@ -143,10 +144,12 @@ OTHERS = [  # (the whole command, the flag or field the line names)
      "--tracking-uri"),
     (["analyze", "--experiment", "quickstart"], "--output"),
     (["analyze", "--experiment", "quickstart", "-o", "out", "--bogus"], "--bogus"),
+    (["analyze", "--experiment", "quickstart", "-o", "loop/out"], "-o"),  # a loop of symbolic links
     (["atlas", Q], "--scale"), (["atlas", "--scale", "huge", Q], "--scale"),
     (["atlas", "--scale", "smoke", "missing.yaml"], "spec"), (["atlas", "--scale", "smoke", "broken.yaml"], "spec"),
     (["atlas", "--scale", "smoke", Q, "-o", "/proc/grokray-x"], "-o"),
     (["atlas", "--scale", "smoke", Q, "-o", "a-file.txt"], "-o"),
+    (["atlas", "--scale", "smoke", Q, "-o", "loop/x"], "-o"),
     (["atlas", "--scale", "smoke", Q, "--tracking-uri", "foo://bar"], "--tracking-uri"),
     (["atlas", "--scale", "smoke", Q, "--storage", "/proc/grokray-x"], "--storage"),
     (["atlas", "--scale", "smoke", Q, "-s", "train.steps=-1"], "train.steps"),
@@ -191,7 +194,7 @@ CASES = _cases()
 
 def test_the_bad_inputs_are_many_and_distinct():
     keys = [tuple(argv) for argv, _ in CASES]
-    assert len(set(keys)) == len(keys) and len(keys) == 437, (len(keys), len(set(keys)))  # 80 from issue 71
+    assert len(set(keys)) == len(keys) and len(keys) == 443, (len(keys), len(set(keys)))  # 86 from issue 71
 
 
 def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
@@ -227,6 +230,7 @@ def place(tmp_path, monkeypatch):
         (work / name).write_text(text)
     for name, data in BINARY.items():
         (work / name).write_bytes(data)
+    (work / "loop").symlink_to("loop")  # a loop of symbolic links (issue 71: tracebacks)
     monkeypatch.chdir(work)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("TMPDIR", str(tmp))

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..config import MAX_CONCURRENT, MAX_STEPS, MAX_WAIT_S
 from ..errors import Mistakes, SpecError
 from ..tracking.records import RunStatus
-from ..tracking.uri import resolve_tracking_uri, tracking_uri_problem, writable_dir_problem
+from ..tracking.uri import folder_problem, resolve_tracking_uri, tracking_uri_problem
 from .disk import space_problem
 
 DEFAULT_STORAGE = "grokray-results"  # --storage's default, under the working directory
@@ -71,7 +70,7 @@ class LaunchOptions:
         checks.append((bool(problem := tracking_uri_problem(uri)), "--tracking-uri", problem))
         storage = self.storage or DEFAULT_STORAGE
         if "://" not in storage:  # a cloud URI (s3://...) is the cluster's to reach
-            problem = writable_dir_problem(Path(storage).resolve()) or space_problem(storage)
+            problem = folder_problem(storage) or space_problem(storage)
             checks.append((bool(problem), "--storage", problem))
         mistakes = Mistakes()
         for bad, flag, message in checks:

@@ -20,10 +20,29 @@ def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) 
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         rel = uri[len("sqlite:///"):]
         if rel and rel != ":memory:":
-            return "sqlite:///" + str((base / rel).resolve())
+            return "sqlite:///" + _absolute(base / rel)
     if "://" not in uri:
-        return str((base / uri).resolve())
+        return _absolute(base / uri)
     return uri
+
+
+def _absolute(path: Path) -> str:
+    """The path resolved; one that runs into a loop of symbolic links stays as written (the checks then say the
+    folder is not there, instead of a RuntimeError)."""
+    try:
+        return str(path.resolve())
+    except (RuntimeError, OSError):
+        return os.path.abspath(path)
+
+
+def folder_problem(path: str | Path) -> str | None:
+    """Why nothing can be written under the folder `path` (see writable_dir_problem), a loop of symbolic links
+    included, or None."""
+    try:
+        resolved = Path(path).resolve()
+    except (RuntimeError, OSError):
+        return f"{str(path)!r} runs into a loop of symbolic links; name a real folder"
+    return writable_dir_problem(resolved)
 
 
 def local_store_path(uri: str) -> Path | None:

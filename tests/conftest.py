@@ -23,6 +23,21 @@ def _sqlite_waits_for_locks():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _ray_workers_at_the_tests_priority():
+    """Every Ray a test starts (ray.init, ray.cluster_utils.Cluster, `ray start`, a grokray subprocess) runs its
+    workers at nice 0, as grokray's own private Ray does (run/cluster.py). At Ray's default of 15 they starve
+    behind the other tests' drivers and servers on a loaded 2-core CI machine: CI's node-loss test of
+    2026-12-02 saw no pack start in 300 s, its workers still importing torch at 3 % of a core."""
+    from grokray.run.cluster import WORKER_NICENESS
+
+    before = os.environ.get(WORKER_NICENESS)
+    os.environ.setdefault(WORKER_NICENESS, "0")
+    yield
+    if before is None:
+        os.environ.pop(WORKER_NICENESS, None)
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A private local Ray for one test module (never a bare ray.init(): it may join a stale cluster)."""

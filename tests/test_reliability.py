@@ -341,12 +341,16 @@ def test_node_loss_mid_sweep(tmp_path):
     killed = {}
 
     def kill_one():
-        def running():
-            runs = children(uri)
-            return len(runs) == len(spec.points()) and all(r.data.metrics for r in runs)
+        # The node of a pack that is training now, not a fixed one: on a loaded machine one pack may finish or not
+        # yet start while the other trains, and the kill must land mid-training either way.
+        by_id = {w.node_id: w for w in workers}
 
-        wait_for(running, 300, "both packs logging")
-        node = workers[1]
+        def training_node():
+            busy = {r.data.tags.get("grokray.node") for r in children(uri)
+                    if r.info.status == "RUNNING" and r.data.metrics}
+            return next((by_id[n] for n in busy if n in by_id), None)
+
+        node = wait_for(training_node, 300, "a pack logging on a worker node")
         killed["node_id"] = node.node_id
         killed["at"] = time.time()
         cluster.remove_node(node, allow_graceful=False)

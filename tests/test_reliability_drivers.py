@@ -31,10 +31,25 @@ from grokray.search.study import trial_run_ids
 from grokray.spec import build_spec, load_spec, read_yaml
 
 pytestmark = pytest.mark.reliability
-# The delivery path is the same on either store; tests/test_reliability.py runs the grid's outages on both, and
-# these drivers' PostgreSQL variants (4 minutes of CI's 60) run with `make test-slow`.
-SERVERS = ["sqlite", pytest.param("postgres", marks=pytest.mark.slow(
-    reason="the same delivery path as SQLite's; the grid's PostgreSQL outage runs in CI"))]
+# The delivery path is the same on either store and for every driver (the launch layer's); tests/test_reliability.py
+# runs the grid's outages. In CI each driver meets one of the two failures, the one no other CI test covers: the
+# search a 30-s outage, the adaptive driver a server that never returns (test_reliability_never_waits holds an
+# adaptive round started during an outage and a replayed search). The rest run with `make test-slow`.
+POSTGRES = "the same delivery path as SQLite's; the grid's PostgreSQL outage runs in CI"
+
+
+def _slow(kind: str, server: str, reason: str):
+    return pytest.param(kind, server, marks=pytest.mark.slow(reason=reason), id=f"{kind}-{server}")
+
+
+OUTAGE_CASES = [pytest.param("search", "sqlite", id="search-sqlite"),
+                _slow("adaptive", "sqlite", "test_an_adaptive_round_starts_during_an_outage (CI) holds an adaptive "
+                      "launch through an outage; the search's 30-s outage runs in CI"),
+                _slow("adaptive", "postgres", POSTGRES), _slow("search", "postgres", POSTGRES)]
+NEVER_BACK_CASES = [pytest.param("adaptive", "sqlite", id="adaptive-sqlite"),
+                    _slow("search", "sqlite", "test_after_a_replay_every_search_trial_has_its_run (CI) replays a "
+                          "search's spool; the adaptive driver's exit 3 and replay run in CI"),
+                    _slow("adaptive", "postgres", POSTGRES), _slow("search", "postgres", POSTGRES)]
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
 DEGROK = ROOT / "sweeps" / "degrok_toy.yaml"
@@ -111,8 +126,7 @@ def launch(kind: str, spec, uri: str, tmp_path, **kw):
     return (run_adaptive if kind == "adaptive" else run_search)(spec, options)
 
 
-@pytest.mark.parametrize("server", SERVERS, indirect=True)
-@pytest.mark.parametrize("kind", ["adaptive", "search"])
+@pytest.mark.parametrize("kind, server", OUTAGE_CASES, indirect=["server"])
 def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, server, kind):
     spec = SPECS[kind](4000)
     with Outage(server, lambda: any(r.data.metrics for r in children(server.url, spec.name)), "first curves",
@@ -133,8 +147,7 @@ def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, 
            configurations=summary.configurations, max_tracking_s=round(held, 1))
 
 
-@pytest.mark.parametrize("server", SERVERS, indirect=True)
-@pytest.mark.parametrize("kind", ["adaptive", "search"])
+@pytest.mark.parametrize("kind, server", NEVER_BACK_CASES, indirect=["server"])
 def test_a_server_that_does_not_come_back_exits_3_and_replay_delivers_everything(local_ray, tmp_path, server,
                                                                                   kind, capsys):
     from grokray.cli import main

@@ -7,10 +7,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # pytest-xdist processes per tier (docs/testing.md: measured on the 2-core machine). Each test module runs in one
-# process (--dist loadfile), so a module's shared fixtures start once.
-TEST_WORKERS ?= -n 2 --dist loadfile
-LAUNCH_WORKERS ?= -n 2 --dist loadfile
-LIBRARY_WORKERS ?= -n 2 --dist loadfile
+# process (--dist loadfile), so a module's shared fixtures start once; modules go out in collection order, which
+# tests/conftest.py starts with the longest (xdist's default order is by test count).
+TEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+LAUNCH_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+LIBRARY_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 RELIABILITY_WORKERS ?= -n 3 --dist load
 
 .PHONY: demo test test-slow launches library reliability atlas lint bench clean

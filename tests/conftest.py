@@ -5,6 +5,21 @@ import os
 import pytest
 import torch
 
+# The modules that take longest in their tier, longest first (CI's JUnit of 2026-12-03: docs/testing.md has each
+# test's cost). pytest-xdist hands modules out in collection order (the Makefile turns off its reordering by test
+# count), so a long module starts first, not after the short ones: by test count the library tier handed out its
+# README test (12 of the tier's 24 minutes in CI) ninth of eleven modules and its atlas smoke (10 minutes) seventh.
+LONGEST_FIRST = ("test_readme.py", "test_library_specs.py", "test_prieto_mlp.py", "test_grokfast_reference.py",
+                 "test_degrok_signatures.py", "test_reliability.py", "test_reliability_drivers.py",
+                 "test_reliability_jobs.py", "test_reliability_never_waits.py", "test_disk_full.py", "test_search.py",
+                 "test_atlas.py", "test_launch_contract.py", "test_runs_table.py", "test_run.py",
+                 "test_what_users_see.py", "test_fuzz_spec.py", "test_analyze_cli.py", "test_cost.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort: the rest keep their order
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _strict_numerics():

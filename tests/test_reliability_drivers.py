@@ -141,7 +141,8 @@ def test_a_30s_tracking_outage_costs_no_point_and_no_trial(local_ray, tmp_path, 
     parent = MlflowClient(server.url).get_run(summary.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.tags["grokray.kind"] == kind
     held = max(m["tracker_s"] - m.get("delivery_wait_s", 0.0) for m in summary.trial_metrics if "tracker_s" in m)
-    assert held < 20, held  # training went on during the outage
+    assert held < outage.end - outage.start, (held, outage.end - outage.start)  # training went on: a pack
+    # that waited for the server would have spent the whole outage in tracking calls (test_reliability's rule)
     report(f"tracking_outage_{kind}", outage_s=round(outage.end - outage.start),
            spooled_points=summary.spooled_points, points_lost=0, duplicated=0, trials_failed=0,
            configurations=summary.configurations, max_tracking_s=round(held, 1))

@@ -53,6 +53,7 @@ def check_tracking(summary, spec):
     return counts
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 def test_smoke_sweep_on_local_ray(local_ray, tmp_path):
     from grokray.run.grid import run_sweep
 
@@ -71,6 +72,7 @@ def test_smoke_sweep_on_local_ray(local_ray, tmp_path):
     assert sum(t.values()) <= summary.wall_s + 1e-6
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 def test_dry_run_counts_match_the_real_sweep(local_ray, tmp_path, capsys):
     from grokray.cli import main
 
@@ -113,6 +115,7 @@ def _group_commands(pgid: int) -> list[str]:
     return found
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 def test_sweep_logs_through_an_mlflow_server(local_ray, tmp_path, mlflow_server, monkeypatch, capfd):
     from grokray.run.grid import run_sweep
 
@@ -230,6 +233,7 @@ def test_progress_keeps_talking_between_reports_and_counts_a_stopped_member_as_i
     assert len(printed) == 2 and printed[1].split(" | ")[-1] in {"2m00s ETA 40s", "2m00s ETA 39s"}, printed
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 def test_a_sweep_in_a_log_says_how_far_it_is(tmp_path):
     """`grokray run` with stdout in a file (nohup, ray job submit): progress lines, not minutes of silence."""
     log = tmp_path / "run.log"

@@ -121,6 +121,37 @@ def test_search_matches_tags_presence_and_status_newest_first_and_pages_whole(tr
     assert all(RunQuery({"grokray.role": "configuration"}).matches(r) for r in search_all(tracker, exp, children))
 
 
+
+class _BusyServer:
+    """The tracker, except that a page of more than `answers` runs times out as a busy server's does (CI, 2026-12-03:
+    1,000 runs through a PostgreSQL-backed server took over the 10-s request timeout six times running)."""
+
+    def __init__(self, tracker, answers: int):
+        self.tracker, self.answers, self.asked = tracker, answers, []
+
+    def search(self, ids, query, size, token):
+        self.asked.append(size)
+        if size > self.answers:
+            raise TimeoutError("Read timed out. (read timeout=10)")
+        return self.tracker.search(ids, query, size, token)
+
+
+def test_a_page_that_times_out_is_asked_again_at_half_the_size_and_every_run_is_read_once(tracker, monkeypatch):
+    import grokray.tracking.client as client
+
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)  # the backoff's waits, not what is tested
+    exp = tracker.ensure_experiment("sweep")
+    ids = [tracker.create_run(exp, f"r{i}", {"grokray.role": "configuration"}, 1_700_000_000_000 + i)
+           for i in range(7)]
+    busy = _BusyServer(tracker, answers=2)
+    runs = [r.run_id for page in client.search_pages(busy, exp, RunQuery({"grokray.role": "configuration"}), size=8)
+            for r in page]
+    assert runs == ids[::-1]  # each run once, in order, across the change of page size
+    assert busy.asked == [8, 4, 2, 2, 2, 2]  # halved until it answered, then kept small
+    with pytest.raises(TimeoutError):  # a server that answers no page at all is still an error, after the tries
+        list(client.search_pages(_BusyServer(tracker, answers=0), exp, size=8, attempts=3))
+
+
 def test_artifacts_are_listed_by_folder_and_downloaded_as_written(tracker, tmp_path):
     run_id = tracker.create_run(tracker.ensure_experiment("sweep"), "r", {}, None)
     (tmp_path / "fig.png").write_bytes(b"\x89PNG-bytes")

@@ -61,6 +61,7 @@ def sweep(local_ray, tmp_path_factory):
     return summary, client, children
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 def test_every_curve_ends_with_its_values_at_the_step_it_stopped(sweep):
     summary, client, children = sweep
     for run in children.values():
@@ -74,6 +75,7 @@ def test_every_curve_ends_with_its_values_at_the_step_it_stopped(sweep):
     assert val[crossing] >= 0.9 and val[max(val)] >= 0.9 and crossing < 1000
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 def test_a_members_run_lasts_as_long_as_it_trained_not_as_long_as_its_pack(sweep):
     summary, client, children = sweep
     fast, slow = children["comprehension"].info, children["memorization"].info
@@ -84,6 +86,7 @@ def test_a_members_run_lasts_as_long_as_it_trained_not_as_long_as_its_pack(sweep
     assert slow_s <= summary.wall_s
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 def test_the_parent_describes_the_sweep_and_carries_its_phase_diagram(sweep):
     summary, client, children = sweep
     parent = client.get_run(summary.parent_run_id)
@@ -113,6 +116,7 @@ def rendered(url: str, profile: Path) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", out.stdout))
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_grokray_ui_serves_the_sweep_and_stops_cleanly(sweep, tmp_path):
     summary, client, children = sweep
@@ -151,6 +155,7 @@ def plotted(url: str, profile: Path, timeout_s: float = 60.0) -> list[dict]:
     return json.loads(value or "[]") if seconds is not None else []
 
 
+@pytest.mark.launch  # a real launch on Ray: make launches (issue 69: make test stays the quick loop)
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_a_generalizing_runs_val_acc_chart_in_mlflows_ui_ends_at_or_above_the_threshold(sweep, tmp_path):
     """Issue 39: a run's chart ended below the threshold (one point after the crossing), while its summary said it

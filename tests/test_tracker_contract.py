@@ -121,7 +121,6 @@ def test_search_matches_tags_presence_and_status_newest_first_and_pages_whole(tr
     assert all(RunQuery({"grokray.role": "configuration"}).matches(r) for r in search_all(tracker, exp, children))
 
 
-
 class _BusyServer:
     """The tracker, except that a page of more than `answers` runs times out as a busy server's does (CI, 2026-12-03:
     1,000 runs through a PostgreSQL-backed server took over the 10-s request timeout six times running)."""

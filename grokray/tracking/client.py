@@ -108,16 +108,19 @@ class StoreAway:
         return True
 
 
-def retry(fn, *args, attempts: int = 6, **kwargs):
+def retry(fn, *args, attempts: int = 6, on_retry=None, **kwargs):
     """SQLite allows one writer at a time; packs logging at once may see 'database is locked' briefly, and a
     tracking server may be restarting. Transient failures are retried with backoff (0.2 s doubling, at most
-    15 s a wait); anything else is raised at once."""
+    15 s a wait); anything else is raised at once. `on_retry()`, if given, runs before each try again (a caller
+    that asks for less then)."""
     for i in range(attempts):
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001
             if i == attempts - 1 or not is_transient(exc):
                 raise
+            if on_retry is not None:
+                on_retry()
             time.sleep(min(15.0, 0.2 * 2**i))
     return None
 
@@ -135,16 +138,14 @@ def search_pages(tracker, experiment_id: str | list[str], query: RunQuery | None
     while a smaller page answers within it."""
     ids = [experiment_id] if isinstance(experiment_id, str) else list(experiment_id)
     query, token = query or RunQuery(), None
+
+    def smaller():
+        nonlocal size
+        size = max(1, size // 2)
+
     while True:
-        for i in range(attempts):
-            try:
-                page, token = tracker.search(ids, query, size, token)
-                break
-            except Exception as exc:  # noqa: BLE001
-                if i == attempts - 1 or not is_transient(exc):
-                    raise
-                size = max(1, size // 2)
-                time.sleep(min(15.0, 0.2 * 2**i))
+        page, token = retry(lambda at: tracker.search(ids, query, size, at), token, attempts=attempts,
+                            on_retry=smaller)  # size read at each try: smaller() halves it
         yield page
         if not token:
             return

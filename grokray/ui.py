@@ -71,8 +71,8 @@ def serve_runs_ui(uri: str | None, host: str, port: int, experiment: str | None)
         raise SpecError("--port", f"{host}:{port} is in use (another UI?); choose another with --port")
     with tempfile.TemporaryDirectory() as root:
         server = MlflowServer(root, backend=resolved, host=host, port=port)
-        server.start()
-        try:
+        try:  # a Ctrl-C or SIGTERM while it starts (its /health may answer first) must stop it too
+            server.start()
             page = server.experiment_page(exp_id)
             print(f"MLflow UI on {resolved}: {page}" + (f"   (experiment {name!r})" if name else ""), flush=True)
             print(WHAT_TO_CLICK, flush=True)

@@ -4,6 +4,7 @@ One real sweep on a local Ray: a pack of two members, one that generalizes at st
 and trains its whole budget."""
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -137,6 +138,34 @@ def test_grokray_ui_serves_the_sweep_and_stops_cleanly(sweep, tmp_path):
         code = ui.wait(timeout=30)
     assert code == 0
     with socket.socket() as s:  # the server went with it
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_stop_as_grokray_ui_starts_leaves_no_server(tmp_path, monkeypatch):
+    """Found by the README test (an `mlflow server` left on 127.0.0.1:5000 for an hour): a SIGTERM that came as the
+    server's /health first answered, still inside its start, skipped the stop. About 10 s (one real server)."""
+    from grokray import ui
+    from grokray.tracking.local_servers import MlflowServer
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(uri).create_experiment("e")
+    started, real_start = [], MlflowServer.start
+
+    def start_then_stopped(self, *args, **kwargs):
+        real_start(self, *args, **kwargs)
+        started.append(self.proc)
+        raise KeyboardInterrupt  # what sigterm_as_ctrl_c makes of the signal, at the last moment of the start
+
+    monkeypatch.setattr(MlflowServer, "start", start_then_stopped)
+    port = free_port()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ui.serve_runs_ui(uri, "127.0.0.1", port, None)
+        assert started and started[0].poll() is not None  # the server's process ended
+    finally:  # a failing run leaves no server behind either
+        for proc in (p for p in started if p.poll() is None):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0
 
 

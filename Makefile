@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
+# DEMO_SCALE=smoke: the quickstart's 300-step preset, the same commands in under a minute (tests/test_readme.py)
 demo: $(STAMP)
-	$(BIN)/grokray run sweeps/quickstart.yaml
+	$(BIN)/grokray run sweeps/quickstart.yaml$(if $(DEMO_SCALE), --scale $(DEMO_SCALE))
 	$(BIN)/grokray analyze --experiment quickstart -o grokray-results/quickstart-figures
 	@echo "phase diagram: grokray-results/quickstart-figures/phase_diagram.png"
 

@@ -3,6 +3,6 @@ device, where the bundle's packages sit in a --target folder and no `grokray` sc
 
 import sys
 
-from .cli import main
+from .cli import entry
 
-sys.exit(main())
+sys.exit(entry())

@@ -151,6 +151,40 @@ def test_a_page_that_times_out_is_asked_again_at_half_the_size_and_every_run_is_
         list(client.search_pages(_BusyServer(tracker, answers=0), exp, size=8, attempts=3))
 
 
+class _LostAnswers:
+    """A server that makes each run it is asked for and loses the first `lost` answers (a read timeout on a
+    loaded server): the client cannot tell a lost answer from a run never made."""
+
+    def __init__(self, tracker, lost: int):
+        self.tracker, self.lost, self.creates = tracker, lost, 0
+
+    def create_run(self, *args):
+        self.creates += 1
+        run_id = self.tracker.create_run(*args)
+        if self.lost:
+            self.lost -= 1
+            raise TimeoutError("Read timed out. (read timeout=10)")
+        return run_id
+
+    def search(self, *args):
+        return self.tracker.search(*args)
+
+
+def test_a_run_whose_answer_was_lost_is_not_made_twice(tracker, monkeypatch):
+    import grokray.tracking.client as client
+
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    exp = tracker.ensure_experiment("sweep")
+    key = {"mlflow.parentRunId": "p1", "grokray.trial_key": "k1"}
+    lossy = _LostAnswers(tracker, lost=2)
+    run_id = client.create_run_once(lossy, exp, "r", {**key, "grokray.role": "configuration"}, None, key)
+    runs, _ = tracker.search([exp], RunQuery(key), 10)
+    assert [r.run_id for r in runs] == [run_id] and lossy.creates == 1  # found by its key, not made again
+    other = client.create_run_once(_LostAnswers(tracker, lost=0), exp, "r2", {"grokray.trial_key": "k2"}, None,
+                                   {"grokray.trial_key": "k2"})
+    assert other != run_id and len(tracker.search([exp], RunQuery(), 10)[0]) == 2
+
+
 def test_artifacts_are_listed_by_folder_and_downloaded_as_written(tracker, tmp_path):
     run_id = tracker.create_run(tracker.ensure_experiment("sweep"), "r", {}, None)
     (tmp_path / "fig.png").write_bytes(b"\x89PNG-bytes")

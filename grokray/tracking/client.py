@@ -125,6 +125,24 @@ def retry(fn, *args, attempts: int = 6, on_retry=None, **kwargs):
     return None
 
 
+def create_run_once(tracker, experiment_id: str, name: str, tags: dict, start_ms: int | None, key_tags: dict,
+                    attempts: int = 6) -> str:
+    """create_run, retried without making the run twice: a try whose answer was lost (the 10-s read timeout of a
+    loaded server, which had made the run) is followed by a search for a run carrying `key_tags` (its parent and
+    trial key) before the next try. CI's PostgreSQL load test once stored 1,004 runs for 1,000 configurations."""
+    tried = []
+
+    def once() -> str:
+        if tried:
+            found, _ = tracker.search([experiment_id], RunQuery(dict(key_tags)), 1)
+            if found:
+                return found[0].run_id
+        tried.append(True)
+        return tracker.create_run(experiment_id, name, tags, start_ms)
+
+    return retry(once, attempts=attempts)
+
+
 # -- reading and writing ---------------------------------------------------------------------------------------
 STREAM_PAGE = 200  # runs per page where a reader streams: a page of 1,000 runs is ~30 MB in passing, and a
 # driver paging through 10^4 of them grew 2 MB per 1,000 runs; pages of 200 held it flat (benchmarks/README.md)

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from .client import clean, is_transient, retry
+from .client import clean, create_run_once, is_transient, retry
 from .queries import children_query, launch_query
 from .records import RunStatus
 from .schema import PARENT_ID_TAG, TRIAL_KEY_TAG
@@ -80,8 +80,8 @@ def resolve_run(tracker, batch: Batch, resolved: dict[str, str], attempts: int =
     if found:
         run_id = found[0].run_id
     else:
-        run_id = retry(tracker.create_run, create["experiment_id"], create.get("run_name") or "", tags,
-                       create.get("start_time"), attempts=attempts)
+        run_id = create_run_once(tracker, create["experiment_id"], create.get("run_name") or "", tags,
+                                 create.get("start_time"), query.tags, attempts=attempts)
     resolved[batch.key] = run_id
     return run_id
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import only_known_fields
 from ..phases import counted_phase
-from .client import StoreAway, clean, counted_phase_of, now_ms, retry, search_all
+from .client import StoreAway, clean, counted_phase_of, create_run_once, now_ms, retry, search_all
 from .delivery import Courier, replay_dir, resolve_parent
 from .queries import children_query
 from .records import RunRecord, RunStatus
@@ -198,8 +198,10 @@ class PackTracker:
 
     def _create(self, member: dict, node_id: str) -> MemberRun:
         with StoreAway() as away:
-            run_id = retry(self.tracker.create_run, self.experiment_id, member["name"], self._tags(member, node_id),
-                           self.started_ms, attempts=OPEN_ATTEMPTS)
+            tags = self._tags(member, node_id)
+            run_id = create_run_once(self.tracker, self.experiment_id, member["name"], tags, self.started_ms,
+                                     {k: tags[k] for k in (PARENT_ID_TAG, TRIAL_KEY_TAG) if k in tags},
+                                     attempts=OPEN_ATTEMPTS)
         if away.happened:
             return self._deferred(member, node_id)
         self._calls += 1

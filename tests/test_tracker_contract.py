@@ -6,7 +6,9 @@ import pytest
 
 from grokray.contracts import Tracker
 from grokray.tracking.client import is_transient, search_all
+from grokray.tracking.queries import children_query
 from grokray.tracking.records import RunNotFound, RunQuery, RunStatus
+from grokray.tracking.schema import TRIAL_KEY_TAG
 
 BACKENDS = ["mlflow-sqlite", "memory", "memory-over-socket"]
 
@@ -175,13 +177,15 @@ def test_a_run_whose_answer_was_lost_is_not_made_twice(tracker, monkeypatch):
 
     monkeypatch.setattr(client.time, "sleep", lambda s: None)
     exp = tracker.ensure_experiment("sweep")
-    key = {"mlflow.parentRunId": "p1", "grokray.trial_key": "k1"}
+    same = children_query("p1").where({TRIAL_KEY_TAG: "k1"})
     lossy = _LostAnswers(tracker, lost=2)
-    run_id = client.create_run_once(lossy, exp, "r", {**key, "grokray.role": "configuration"}, None, key)
-    runs, _ = tracker.search([exp], RunQuery(key), 10)
+    run_id = client.create_run_once(lossy, exp, "r", {**same.tags, "grokray.role": "configuration"}, None, same)
+    runs, _ = tracker.search([exp], same, 10)
     assert [r.run_id for r in runs] == [run_id] and lossy.creates == 1  # found by its key, not made again
-    other = client.create_run_once(_LostAnswers(tracker, lost=0), exp, "r2", {"grokray.trial_key": "k2"}, None,
-                                   {"grokray.trial_key": "k2"})
+    again = client.create_run_once(_LostAnswers(tracker, lost=0), exp, "r", same.tags, None, same, look_first=True)
+    assert again == run_id  # look_first: an earlier attempt's run is found before any create
+    other_key = children_query("p1").where({TRIAL_KEY_TAG: "k2"})
+    other = client.create_run_once(_LostAnswers(tracker, lost=0), exp, "r2", other_key.tags, None, other_key)
     assert other != run_id and len(tracker.search([exp], RunQuery(), 10)[0]) == 2
 
 

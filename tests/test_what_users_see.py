@@ -143,7 +143,7 @@ def test_grokray_ui_serves_the_sweep_and_stops_cleanly(sweep, tmp_path):
 
 def test_a_stop_as_grokray_ui_starts_leaves_no_server(tmp_path, monkeypatch):
     """Found by the README test (an `mlflow server` left on 127.0.0.1:5000 for an hour): a SIGTERM that came as the
-    server's /health first answered, still inside its start, skipped the stop. About 10 s (one real server)."""
+    server's /health first answered, still inside its start, skipped the stop. About 20 s (one real server)."""
     from grokray import ui
     from grokray.tracking.local_servers import MlflowServer
 

@@ -125,19 +125,20 @@ def retry(fn, *args, attempts: int = 6, on_retry=None, **kwargs):
     return None
 
 
-def create_run_once(tracker, experiment_id: str, name: str, tags: dict, start_ms: int | None, key_tags: dict,
-                    attempts: int = 6) -> str:
+def create_run_once(tracker, experiment_id: str, name: str, tags: dict, start_ms: int | None, same: RunQuery,
+                    attempts: int = 6, look_first: bool = False) -> str:
     """create_run, retried without making the run twice: a try whose answer was lost (the 10-s read timeout of a
-    loaded server, which had made the run) is followed by a search for a run carrying `key_tags` (its parent and
-    trial key) before the next try. CI's PostgreSQL load test once stored 1,004 runs for 1,000 configurations."""
-    tried = []
+    loaded server, which had made the run) is followed by a search for the run `same` finds (its parent and trial
+    key) before the next try; `look_first`: before the first try too (an earlier attempt may have made it). CI's
+    PostgreSQL load test once stored 1,004 runs for 1,000 configurations."""
+    look = [look_first]
 
     def once() -> str:
-        if tried:
-            found, _ = tracker.search([experiment_id], RunQuery(dict(key_tags)), 1)
+        if look[0]:
+            found, _ = tracker.search([experiment_id], same, 1)
             if found:
                 return found[0].run_id
-        tried.append(True)
+        look[0] = True
         return tracker.create_run(experiment_id, name, tags, start_ms)
 
     return retry(once, attempts=attempts)

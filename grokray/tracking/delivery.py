@@ -68,20 +68,16 @@ def resolve_run(tracker, batch: Batch, resolved: dict[str, str], attempts: int =
             return resolve_parent(tracker, create["experiment_name"], create["launch_key"], resolved, attempts)[1]
         except ParentNotCreated:
             exp_id = tracker.ensure_experiment(create["experiment_name"])
-            run_id = retry(tracker.create_run, exp_id, create.get("run_name") or "", tags, create.get("start_time"),
-                           attempts=attempts)
+            run_id = create_run_once(tracker, exp_id, create.get("run_name") or "", tags, create.get("start_time"),
+                                     launch_query(create["launch_key"]), attempts=attempts)
             resolved[f"experiment:{batch.key}"], resolved[batch.key] = exp_id, run_id
             return run_id
     if create.get("parent_key"):  # a child of a parent made late
         create["experiment_id"], tags[PARENT_ID_TAG] = resolve_parent(
             tracker, create["experiment_name"], create["parent_key"], resolved, attempts)
-    query = children_query(tags[PARENT_ID_TAG]).where({TRIAL_KEY_TAG: batch.key})
-    found, _ = retry(tracker.search, [create["experiment_id"]], query, 1, attempts=attempts)
-    if found:
-        run_id = found[0].run_id
-    else:
-        run_id = create_run_once(tracker, create["experiment_id"], create.get("run_name") or "", tags,
-                                 create.get("start_time"), query.tags, attempts=attempts)
+    same = children_query(tags[PARENT_ID_TAG]).where({TRIAL_KEY_TAG: batch.key})
+    run_id = create_run_once(tracker, create["experiment_id"], create.get("run_name") or "", tags,
+                             create.get("start_time"), same, attempts=attempts, look_first=True)
     resolved[batch.key] = run_id
     return run_id
 

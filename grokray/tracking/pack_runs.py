@@ -198,10 +198,9 @@ class PackTracker:
 
     def _create(self, member: dict, node_id: str) -> MemberRun:
         with StoreAway() as away:
-            tags = self._tags(member, node_id)
-            run_id = create_run_once(self.tracker, self.experiment_id, member["name"], tags, self.started_ms,
-                                     {k: tags[k] for k in (PARENT_ID_TAG, TRIAL_KEY_TAG) if k in tags},
-                                     attempts=OPEN_ATTEMPTS)
+            same = children_query(self.parent_id, self.pack["pack_id"]).where({TRIAL_KEY_TAG: member["key"]})
+            run_id = create_run_once(self.tracker, self.experiment_id, member["name"], self._tags(member, node_id),
+                                     self.started_ms, same, attempts=OPEN_ATTEMPTS)
         if away.happened:
             return self._deferred(member, node_id)
         self._calls += 1

@@ -1,24 +1,54 @@
 """Strict numerics for every test: deterministic kernels, one thread (CI has 2 cores and runs Ray beside us)."""
 
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
-# The modules that take longest in their tier, longest first (CI's JUnit of 2026-12-03: docs/testing.md has each
-# test's cost). pytest-xdist hands modules out in collection order (the Makefile turns off its reordering by test
-# count), so a long module starts first, not after the short ones: by test count the library tier handed out its
-# README test (12 of the tier's 24 minutes in CI) ninth of eleven modules and its atlas smoke (10 minutes) seventh.
-LONGEST_FIRST = ("test_readme.py", "test_library_specs.py", "test_prieto_mlp.py", "test_grokfast_reference.py",
-                 "test_degrok_signatures.py", "test_reliability.py", "test_reliability_drivers.py",
-                 "test_reliability_jobs.py", "test_reliability_never_waits.py", "test_disk_full.py", "test_search.py",
-                 "test_atlas.py", "test_launch_contract.py", "test_runs_table.py", "test_run.py",
-                 "test_what_users_see.py", "test_fuzz_spec.py", "test_analyze_cli.py", "test_cost.py")
+TESTING_PAGE = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
+TEST_ROW = re.compile(r"^\| `(tests/[^`]+::[^`]+)` \|.*\| ([\d.]+) s \|$")  # a tier's row: one test, its cost
+MODULE_ROW = re.compile(r"^\| `(tests/[^`:]+\.py)` \| \d+ \| ([\d.]+) s \|")  # make test's row: one module
 
 
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort: the rest keep their order
+def measured_costs(page: Path = TESTING_PAGE) -> tuple[dict[str, float], dict[str, float]]:
+    """Each test's cost (the tiers' rows) and each `make test` module's (its rows are per module) as
+    docs/testing.md shows them, generated from CI's JUnit by .ci/testing_table.py: the order below comes from
+    measurements, not from a list kept by hand."""
+    tests: dict[str, float] = {}
+    modules: dict[str, float] = {}
+    for line in page.read_text().splitlines() if page.exists() else []:
+        if m := TEST_ROW.match(line):
+            tests[m.group(1)] = float(m.group(2))
+        elif m := MODULE_ROW.match(line):
+            modules[m.group(1)] = float(m.group(2))
+    return tests, modules
+
+
+def longest_first(items: list, by_module: bool, tests: dict[str, float], modules: dict[str, float]) -> list:
+    """Items in the order that ends a tier soonest: the longest first (a long test handed out last is the tier's
+    tail). pytest-xdist hands out whole modules under --dist loadfile, so there modules are ordered (by their
+    collected tests' summed cost, else the module's own row), each kept whole and in its own order; under --dist
+    load single tests are. A test or module the page does not time yet (a new one) goes first: it may be long,
+    and a short one first costs the tier little."""
+    unknown = float("inf")
+    if not by_module:
+        return sorted(items, key=lambda i: -tests.get(i.nodeid, unknown))  # stable: ties keep collection order
+    known: dict[str, float] = {}
+    for i in items:
+        module = i.nodeid.split("::")[0]
+        if i.nodeid in tests:
+            known[module] = known.get(module, 0.0) + tests[i.nodeid]
+    return sorted(items, key=lambda i: -known.get(i.nodeid.split("::")[0],
+                                                  modules.get(i.nodeid.split("::")[0], unknown)))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The Makefile turns off xdist's own reordering by test count (--no-loadscope-reorder): by count, the library
+    tier handed out its README test (12 of the tier's 24 minutes in CI) ninth of eleven modules."""
+    dist = config.getoption("dist", "no")
+    items[:] = longest_first(items, dist != "load", *measured_costs())
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -74,7 +74,7 @@ def test_dry_run_says_why_packs_hold_one_member(capsys, tmp_path):
     packs = next(line for line in out.splitlines() if line.startswith("packs:"))
     assert "one member per pack" in packs and "MB per member" in packs and "resources.pack_size" in packs
     fixed = next(line for line in out.splitlines() if line.startswith("fixed costs:"))
-    assert "per sweep" in fixed and "per pack start" in fixed
+    assert "per sweep" in fixed and "first pack" in fixed and "process is reused" in fixed
 
 
 def test_every_mistake_options_and_spec_is_reported_at_once(tmp_path, monkeypatch, capsys):

@@ -12,6 +12,7 @@ from grokray.engine.sizing import out_of_memory
 from grokray.errors import SpecError
 from grokray.plan.estimate import (
     LONG_SHARE,
+    PACK_REUSE_S,
     PACK_START_S,
     SWEEP_S,
     BudgetUse,
@@ -86,7 +87,8 @@ def test_pack_seconds_and_the_plans_estimate_follow_the_step_costs():
     assert [len(p.members) for p in plan.packs] == [5, 5, 5, 5]
     cost = StepCost(a=1e-3, b=2e-4)
     budget = 10000
-    start = PACK_START_S + 5 * 0.05
+    start = PACK_REUSE_S + 5 * 0.05  # a pack in a reused process; each slot's first pays the process start
+    first = SWEEP_S + PACK_START_S - PACK_REUSE_S
     # the prior: the five train half their budget on average, and the pack pays per member for those steps
     assert LONG_SHARE == 0.5
     assert pack_seconds(plan.packs[0], cost) == pytest.approx(start + budget * (cost.a + 2.5 * cost.b))
@@ -104,8 +106,8 @@ def test_pack_seconds_and_the_plans_estimate_follow_the_step_costs():
     assert pack_seconds(still.packs[0], cost) == pytest.approx(upper)
     flat = estimate_plan(plan, calibrate_costs=False, slots=2)  # 1700 model-steps/s: b = 1/1700, a = 0
     per_pack = start + 5 * budget / 1700
-    assert flat.upper_seconds == pytest.approx(SWEEP_S + 2 * per_pack)
-    assert flat.seconds == pytest.approx(SWEEP_S + 2 * (start + 2.5 * budget / 1700))
+    assert flat.upper_seconds == pytest.approx(first + 2 * per_pack)
+    assert flat.seconds == pytest.approx(first + 2 * (start + 2.5 * budget / 1700))
     assert "assumed 1700" in flat.basis
 
 
@@ -219,7 +221,8 @@ def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
     spec = load_spec(ROOT / "sweeps" / "quickstart.yaml", ["resources.pack_size=5", "seeds=[1]"])  # 20 configs, 4 packs
     plan = expand(spec, slots=2)
     budget = 10000
-    start = PACK_START_S + 5 * 0.05
+    start = PACK_REUSE_S + 5 * 0.05  # a pack in a reused process; each slot's first pays the process start
+    first = SWEEP_S + PACK_START_S - PACK_REUSE_S
     empty = f"sqlite:///{tmp_path}/empty.db"
     prior = estimate_plan(plan, calibrate_costs=False, slots=2, use=measured_use(empty, plan))
     assert prior.use.share == prior.use.trained == LONG_SHARE and "assumed" in prior.use.basis
@@ -227,14 +230,14 @@ def test_the_estimate_takes_the_measured_share_and_says_so(tmp_path):
     _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 4 + [(budget, 3000, "grokking")] * 6)
     measured = estimate_plan(plan, calibrate_costs=False, slots=2, use=measured_use(uri, plan))
     assert (measured.use.share, measured.use.trained) == pytest.approx((0.4, 0.58))
-    assert measured.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * 0.58 * budget / 1700))
+    assert measured.seconds == pytest.approx(first + 2 * (start + 5 * 0.58 * budget / 1700))
     assert ("budget use:     40% of the members train their whole budget, 58% of it on average (measured on 10 "
             "stored runs of 'quickstart' at budget 10000)") in "\n".join(measured.lines())
     # 8 of 10 (a second store): more than three quarters, so the pack keeps all five to the end (= upper bound)
     uri = f"sqlite:///{tmp_path}/second.db"
     _stored_runs(uri, spec.name, [(budget, budget, "memorization")] * 8 + [(budget, 900, "grokking")] * 2)
     most = estimate_plan(plan, calibrate_costs=False, slots=2, use=measured_use(uri, plan))
-    assert most.seconds == pytest.approx(SWEEP_S + 2 * (start + 5 * budget / 1700)) == most.upper_seconds
+    assert most.seconds == pytest.approx(first + 2 * (start + 5 * budget / 1700)) == most.upper_seconds
     text = "\n".join(most.lines())  # issue 52: "2.7 min ... upper bound 2.7 min" read as a contradiction
     assert "that is also the upper bound: a pack trains until its last member stops" in text
     assert "if every one trains all of it" in "\n".join(measured.lines())  # 40 %: a bound of its own

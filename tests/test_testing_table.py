@@ -76,3 +76,43 @@ def test_the_map_reads_marks_as_pytest_does(tmp_path):
     assert names == ["test_a", "test_b"] and len(slow) == 1 and not isinstance(slow[0], ast.Call)
     planted.write_text("import pytest\npytestmark = pytest.mark.reliability\ndef test_d():\n    pass\n")
     assert marked_tests(planted)[0] == ["test_d"]
+
+
+def test_tests_go_out_longest_first_by_the_costs_docs_testing_shows(tmp_path):
+    """The order xdist hands tests out in (tests/conftest.py) comes from the page's measured costs: whole modules
+    under --dist loadfile, single tests under --dist load, a test the page does not time yet first."""
+    from types import SimpleNamespace
+
+    from conftest import longest_first, measured_costs
+
+    page = tmp_path / "testing.md"
+    page.write_text("\n".join([
+        "| `tests/test_a.py` | 2 | 3.0 s | 2.0 s `test_one` |",  # make test: one row a module
+        "| `tests/test_b.py` | 1 | 9.5 s | 9.5 s `test_big` |",
+        "| `tests/test_r.py::test_short` | a short wait | [1](reliability.md#summary) | 4.0 s |",
+        "| `tests/test_r.py::test_long[x]` | a long wait |  | 120.5 s |",
+        "| `tests/test_s.py::test_mid` | in between |  | 30.0 s |",
+    ]))
+    tests, modules = measured_costs(page)
+    assert tests == {"tests/test_r.py::test_short": 4.0, "tests/test_r.py::test_long[x]": 120.5,
+                     "tests/test_s.py::test_mid": 30.0}
+    assert modules == {"tests/test_a.py": 3.0, "tests/test_b.py": 9.5}
+
+    def items(*ids):
+        return [SimpleNamespace(nodeid=i) for i in ids]
+
+    def ids(out):
+        return [i.nodeid for i in out]
+
+    tier = items("tests/test_a.py::test_one", "tests/test_a.py::test_two", "tests/test_b.py::test_big",
+                 "tests/test_new.py::test_it")
+    assert ids(longest_first(tier, True, tests, modules)) == [
+        "tests/test_new.py::test_it", "tests/test_b.py::test_big", "tests/test_a.py::test_one",
+        "tests/test_a.py::test_two"]
+    waits = items("tests/test_r.py::test_short", "tests/test_s.py::test_mid", "tests/test_r.py::test_long[x]")
+    assert ids(longest_first(waits, False, tests, modules)) == [
+        "tests/test_r.py::test_long[x]", "tests/test_s.py::test_mid", "tests/test_r.py::test_short"]
+    # by module: test_r's two tests (124.5 s) go out together, before test_s (30 s), in their own order
+    assert ids(longest_first(waits, True, tests, modules)) == [
+        "tests/test_r.py::test_short", "tests/test_r.py::test_long[x]", "tests/test_s.py::test_mid"]
+    assert measured_costs(tmp_path / "absent.md") == ({}, {})

@@ -23,7 +23,8 @@ from ..engine.sizing import MAX_GPU_PACK, AddressSpaceCap, cpu_pack_size_reason,
 from .expand import GPU_PACKS_PER_CARD, Pack, Plan, dealing_slots, local_slots, model_steps
 
 LONG_SHARE = 0.5  # members expected to train their whole budget, without history (measured: 0.15 to 0.85)
-PACK_START_S = 5.0  # a Tune trial: worker process, imports (torch, ray.tune, mlflow), pack built, runs opened
+PACK_START_S = 5.0  # a slot's first Tune trial: a worker process, imports (torch, Tune, MLflow), the pack, its runs
+PACK_REUSE_S = 0.5  # each later trial in that process (Tune reuses the actor): pack built, runs opened
 MEMBER_S = 0.05  # per member: its MLflow child run created, curves delivered, closed
 SWEEP_S = 12.0  # Ray started and stopped, parent run opened and closed, phase counts gathered
 MAX_CALIBRATED = 6  # packs measured per plan (each for ~0.5 s, an RFM pack for about two iterations)
@@ -61,8 +62,10 @@ class Estimate:
 
     @property
     def fixed_seconds(self) -> float:
-        """What the sweep costs besides training: SWEEP_S, and each pack's start spread over the slots."""
-        return SWEEP_S + PACK_START_S * -(-self.packs // max(1, self.slots))
+        """What the sweep costs besides training: SWEEP_S, one process start per slot, and each later pack's
+        start in a reused process, spread over the slots."""
+        waves = -(-self.packs // max(1, self.slots))
+        return SWEEP_S + (PACK_START_S + PACK_REUSE_S * (waves - 1) if waves else 0.0)
 
     def lines(self) -> list[str]:
         return [
@@ -78,8 +81,8 @@ class Estimate:
             f"of it on average ({self.use.basis})",
             f"step costs:     {self.basis}",
             f"fixed costs:    {fmt_minutes(self.fixed_seconds)} of the estimate: {SWEEP_S:.0f} s per sweep (Ray up and "
-            f"down, the parent run, the closing report) and {PACK_START_S:.0f} s per pack start (a worker process, "
-            f"its imports, the pack's runs)",
+            f"down, the parent run, the closing report), {PACK_START_S:.0f} s for each slot's first pack (a worker "
+            f"process, its imports, the pack's runs) and {PACK_REUSE_S:g} s for each later one (the process is reused)",
         ]
 
 
@@ -99,13 +102,14 @@ def fmt_minutes(seconds: float) -> str:
 
 
 def pack_seconds(pack: Pack, cost: StepCost, expected: bool = True, use: BudgetUse = PRIOR) -> float:
-    """Start-up + steps. Upper: every member trains its budget. Expected: the members that stop once classified
+    """Start-up in a reused process + steps (a slot's first pack pays the process start on top: estimate_plan).
+    Upper: every member trains its budget. Expected: the members that stop once classified
     train `use.trained` of their budget; the pack pays for each member's steps, but while more than three quarters
     of it train the whole budget (`use.share`) it sheds no one and pays for every member to the end. A
     one-member pack (a search trial) ends when its member stops."""
     steps = [model_steps(m.config) for m in pack.members]
     k, longest = len(steps), max(steps)
-    start = PACK_START_S + MEMBER_S * k
+    start = PACK_REUSE_S + MEMBER_S * k
     stopping = [m.config.phases.stop_when_classified for m in pack.members]
     if not expected or not any(stopping):
         return start + cost.a * longest + cost.b * sum(steps)
@@ -198,8 +202,9 @@ def estimate_plan(plan: Plan, cpus: int | None = None, calibrate_costs: bool = T
         expected.append(pack_seconds(pack, cost, use=use))
         upper.append(pack_seconds(pack, cost, expected=False))
     slots = slots or _slots(plan, cpus, gpus)
-    return Estimate(plan.n_configs, len(plan.packs), plan.model_steps, SWEEP_S + schedule(expected, slots),
-                    SWEEP_S + schedule(upper, slots), slots, basis, costs, use, packing_reason(plan, slots), pack_costs)
+    fixed = SWEEP_S + (PACK_START_S - PACK_REUSE_S if plan.packs else 0.0)  # each slot starts its process once
+    return Estimate(plan.n_configs, len(plan.packs), plan.model_steps, fixed + schedule(expected, slots),
+                    fixed + schedule(upper, slots), slots, basis, costs, use, packing_reason(plan, slots), pack_costs)
 
 
 def pack_splitting_axes(spec) -> list[str]:

@@ -5,7 +5,8 @@ schema migrations). On a laptop-sized sweep those seconds are a visible share of
 
 Workers are not warmed: Ray 2.60 starts a fresh process for every actor, Tune's trials included (measured: not
 even a plain actor without a runtime env takes one of the idle prestarted workers), so a warm-up task would import
-into processes the trials never use."""
+into processes the trials never use. Instead each slot's process is kept for its next trial (`reuse_actors` in
+launch.py), so a launch pays those imports once per slot, not once per pack."""
 
 from __future__ import annotations
 

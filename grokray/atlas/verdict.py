@@ -3,9 +3,10 @@
 - The fastest median at the fresh seeds leads; a method whose bootstrap interval overlaps the leader's is tied
   with it ("the seeds do not separate them"), and only a method whose whole interval lies above is called slower,
   with its "x times" the leader's median.
-- Every method's seeds that did not reach the threshold are counted, and split by their phase into those that never
-  fit the training set (confusion) and those that fit it without generalizing (memorization), where the page's data
-  records the phases.
+- Any two other methods whose intervals separate are said too (the faster one's whole interval below the other's).
+- Every method's seeds that did not reach the threshold are counted, and split by their phase as the phases are
+  defined: train accuracy stayed below the threshold (confusion), or reached it without val accuracy following
+  (memorization), where the page's data records the phases.
 - A method whose search found no generalizing trial has no confirmed figure, and is named as such.
 """
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 from ..search.confirm import LEVEL, standing
 
-FAILURE_WORDS = {"confusion": "never fit the training set", "memorization": "fit it and did not generalize",
-             "diverged": "diverged", "val_without_train": "generalized without fitting the training set"}
+FAILURE_WORDS = {"confusion": "kept train accuracy below {t:g}",
+                 "memorization": "reached train accuracy {t:g} and not val accuracy {t:g}",
+                 "diverged": "diverged", "val_without_train": "reached val accuracy {t:g} and not train accuracy {t:g}"}
 
 
 def steps_text(value: float, penalty: float, budget: int) -> str:
@@ -26,8 +28,8 @@ def interval_text(confirmed: dict, penalty: float, budget: int) -> str:
 
 
 def failure_text(confirmed: dict, penalty: float, budget: int, threshold: float) -> str | None:
-    """'2 of 5 fresh seeds did not reach val accuracy 0.95 within 2,000 steps: 2 never fit the training set', or
-    None when every seed did."""
+    """'2 of 5 fresh seeds did not reach val accuracy 0.95 within 2,000 steps: 2 kept train accuracy below 0.95',
+    or None when every seed did."""
     scores = confirmed["scores"]
     failed = [i for i, s in enumerate(scores) if s >= penalty]
     if not failed:
@@ -39,9 +41,35 @@ def failure_text(confirmed: dict, penalty: float, budget: int, threshold: float)
         return text + " (this page's data does not record whether they fit the training set)"
     kinds: dict[str, int] = {}
     for i in failed:
-        why = FAILURE_WORDS.get(phases[i], phases[i])
+        why = FAILURE_WORDS.get(phases[i], phases[i]).format(t=threshold)
         kinds[why] = kinds.get(why, 0) + 1
     return text + ": " + ", ".join(f"{n} {why}" for why, n in kinds.items())
+
+
+def other_setting_text(method: str, confirmed: dict) -> str | None:
+    """Where the confirmed figure is not of the search's best setting (the fastest at the fresh seeds of the top
+    few was another), which setting it is: the table's setting column is the search's best."""
+    rank, values = int(confirmed.get("setting", 1)), confirmed.get("setting_values") or {}
+    if rank == 1 or not values:
+        return None
+    setting = ", ".join(f"{k.split('.')[-1]} {float(v):.3g}" for k, v in values.items())
+    return (f"{method}'s confirmed figure is of its search's setting {rank} of {confirmed.get('settings', rank)} "
+            f"confirmed ({setting}), the fastest of them at the fresh seeds; the best found in the search is "
+            "another setting.")
+
+
+def separated_lines(confirmed: dict, places: dict, penalty: float, budget: int) -> list[str]:
+    """'Muon is faster than Grokfast-MA: ...' for every two methods besides the fastest whose intervals separate
+    (the fastest's own standings are its 'Slower' lines)."""
+    live = sorted((m for m, p in places.items() if p in ("tied with the fastest", "slower")),
+                  key=lambda m: confirmed[m]["median"])
+    lines = []
+    for i, a in enumerate(live):
+        for b in live[i + 1:]:
+            if confirmed[a]["high"] < confirmed[b]["low"]:
+                lines.append(f"{a} is faster than {b}: its interval ({interval_text(confirmed[a], penalty, budget)}) "
+                             f"lies below {b}'s ({interval_text(confirmed[b], penalty, budget)}).")
+    return lines
 
 
 def verdict_lines(methods: list[dict], penalty: float, budget: int, threshold: float) -> list[str]:
@@ -65,11 +93,13 @@ def verdict_lines(methods: list[dict], penalty: float, budget: int, threshold: f
             c2 = confirmed[m]
             lines.append(f"Slower: {m}, median {c2['median']:,.0f} steps, {c2['median'] / c['median']:.1f} times the "
                          f"fastest's, its interval ({interval_text(c2, penalty, budget)}) above the fastest's.")
+        lines += separated_lines(confirmed, places, penalty, budget)
     stuck = [m for m, p in places.items() if p == "did not generalize"]
     if stuck:
         lines.append(f"The median fresh seed did not reach val accuracy {threshold:g} within {budget:,} steps: "
                      + ", ".join(stuck) + ".")
     lines += [f"{m}: {text}." for m, c in confirmed.items() if (text := failure_text(c, penalty, budget, threshold))]
+    lines += [text for m, c in confirmed.items() if (text := other_setting_text(m, c))]
     unconfirmed = [m["label"] for m in methods if not m.get("confirmed")]
     if unconfirmed:
         lines.append("No trial generalized in the search, so there is no setting to confirm: "

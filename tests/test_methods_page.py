@@ -119,3 +119,16 @@ def test_a_confirmed_figure_of_another_setting_than_the_searchs_best_names_it():
     assert ("Norm's confirmed figure is of its search's setting 2 of 2 confirmed (lr 0.00525, init_scale 0.328), "
             "the fastest of them at the fresh seeds; the best found in the search is another setting.") in page
     assert not any(line.startswith("Fast's confirmed") for line in page)  # its own best: nothing to say
+
+
+def test_the_readmes_quote_of_the_reduced_methods_page_is_the_pages_own_lines():
+    """The README quotes the page's generated verdict (issue 73: the words about a page are the page's)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text().split("docs/atlas/grokfast-methods-reduced.md)), quoted:", 1)[1]
+    quoted = [line[2:] for line in readme.strip().split("\n\n", 1)[0].splitlines()]
+    page = (root / "docs" / "atlas" / "grokfast-methods-reduced.md").read_text().splitlines()
+    assert quoted and quoted[0].startswith("At the fresh seeds")
+    start = page.index(quoted[0])
+    assert page[start:start + len(quoted)] == quoted and page[start + len(quoted)] == ""  # all of it, in order

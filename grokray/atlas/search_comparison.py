@@ -154,7 +154,8 @@ def methods_page_text(name: str, facts: dict, methods: list[dict], middle: list[
         lines += [facts["scale_line"], ""]
     lines += [f"Every method searched the same task with the same budget ({budget:,} steps), trials, seeds and ASHA "
               f"schedule; a trial scores the step its seeds' majority reached val accuracy {threshold:g} "
-              f"(`{facts['objective']}`). Trial 0 is the paper's setting, enqueued."
+              f"(`{facts['objective']}`). Trial 0 is the setting each method's spec gives "
+              "(the paper's, where one is published for this task), enqueued."
               + (" Then each method's best settings ran again at fresh seeds (the search never saw them); the "
                  "confirmed column is the median over those seeds of the best of them, with a bootstrap "
                  f"{LEVEL:.0%} interval, and methods whose intervals overlap are tied." if confirming else ""), ""]

@@ -61,3 +61,16 @@ def test_every_committed_page_redraws_byte_identical_from_its_data(tmp_path, mon
     assert len(drawn) >= 40
     stale = [p.name for p in ours if p.read_bytes() != (ATLAS / "img" / p.name).read_bytes()]
     assert not stale, f"committed figures that redraw differently from their data: {stale}"
+
+
+def test_a_differences_sentence_names_the_seeds_of_its_pages_own_scale():
+    """Issue 73: the Prieto page said 'the majority phase of seeds 0-2' at the reduced scale, whose data hold seeds
+    0-1: a sentence of atlas.differences says `{seeds}` and each scale's page fills in its own."""
+    from grokray.atlas.page import differences_section, seeds_text
+
+    assert [seeds_text(s) for s in ([0, 1, 2], [1, 0], [0], [0, 3, 7])] == [
+        "seeds 0-2", "seeds 0-1", "seed 0", "seeds 0, 3, 7"]
+    lines = differences_section(["each cell is the majority phase of {seeds}", "a fixed sentence"], [0, 1])
+    assert lines[2:4] == ["- each cell is the majority phase of seeds 0-1", "- a fixed sentence"]
+    page = (ATLAS / "prieto_fig1_mlp-reduced.md").read_text()
+    assert "majority phase of seeds 0-1," in page and "seeds 0-2" not in page

@@ -267,13 +267,25 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     return page
 
 
-def differences_section(differences: list[str] | None) -> list[str]:
-    """What this run's setup changes from the paper's (atlas.differences), so a reader knows what the page shows."""
+def seeds_text(seeds: list[int]) -> str:
+    """'seeds 0-2' for consecutive seeds, 'seeds 0, 3, 7', or 'seed 0': the seeds a figure ran at its scale."""
+    seeds = sorted(seeds)
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    if seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seeds " + ", ".join(map(str, seeds))
+
+
+def differences_section(differences: list[str] | None, seeds: list[int]) -> list[str]:
+    """What this run's setup changes from the paper's (atlas.differences), so a reader knows what the page shows.
+    `{seeds}` in a sentence is the seeds of the page's own scale (a spec's presets run different seeds: a
+    sentence written for one scale said 'seeds 0-2' on a page whose data held seeds 0-1)."""
     if differences is None:
         return [DIFFERENCES_HEADING, "", "Not yet audited against the paper's stated setup.", ""]
     if not differences:
         return [DIFFERENCES_HEADING, "", "None: the setup is the paper's as stated.", ""]
-    return [DIFFERENCES_HEADING, "", *(f"- {d}" for d in differences), ""]
+    return [DIFFERENCES_HEADING, "", *(f"- {d.replace('{seeds}', seeds_text(seeds))}" for d in differences), ""]
 
 
 def render_page(figure: Figure, df: pd.DataFrame, out: Path, notes_dir: str | Path | None, *,
@@ -290,7 +302,7 @@ def render_page(figure: Figure, df: pd.DataFrame, out: Path, notes_dir: str | Pa
              *([scale, ""] if scale else []),
              "```bash", *_commands(figure), "```", "",
              "## What the paper shows", "", f"> {figure.expected or '(the spec header states no expectation)'}", "",
-             *differences_section(figure.config.differences),
+             *differences_section(figure.config.differences, figure.pieces[0].spec.seeds),
              "## Runs and wall time", "", *(_ran_section(ran, df, figure) if ran is not None
                                             else kept[RAN_HEADING]),
              "## Phase counts", "", md_table(_counts_table(counts, len(df))), ""]

@@ -19,6 +19,9 @@ from grokray.engine import make_trainer
 from grokray.errors import SpecError
 from grokray.spec import load_spec
 
+# three real launches on a local Ray (the module fixture `store`): the launch tier, not `make test`
+pytestmark = pytest.mark.launch
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
 RFM = ROOT / "sweeps" / "rfm_fraction.yaml"

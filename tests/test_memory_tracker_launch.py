@@ -4,6 +4,8 @@ tracker backend is one class in tracking/: nothing above it changed for this one
 
 from pathlib import Path
 
+import pytest
+
 from analysis.pipeline import analyze
 from grokray.spec import load_spec
 from grokray.tracking.queries import children_query
@@ -13,6 +15,7 @@ from grokray.tracking.trackers import open_tracker
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.launch
 def test_a_smoke_launch_and_its_analysis_on_the_memory_tracker(local_ray, tmp_path):
     from grokray.run.grid import run_sweep
     from grokray.run.options import LaunchOptions

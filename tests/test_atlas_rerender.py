@@ -74,3 +74,23 @@ def test_a_differences_sentence_names_the_seeds_of_its_pages_own_scale():
     assert lines[2:4] == ["- each cell is the majority phase of seeds 0-1", "- a fixed sentence"]
     page = (ATLAS / "prieto_fig1_mlp-reduced.md").read_text()
     assert "majority phase of seeds 0-1," in page and "seeds 0-2" not in page
+
+
+def test_the_scale_line_compares_field_by_field_swept_values_and_seeds():
+    """Issue 73: the line compared the first trial only, so a swept axis's first value read as a difference
+    ('train_fraction 0.3 (paper: 0.2)') and a narrower range, one kernel of three or fewer seeds went unsaid."""
+    from grokray.atlas.plan import plan_figure
+    from grokray.atlas.scale_note import scale_line
+
+    def line(stem):
+        return scale_line(plan_figure(ROOT / "sweeps" / f"{stem}.yaml", "reduced"))
+
+    rfm = line("rfm_fraction")
+    assert "model.kernel [gaussian] (paper: [gaussian, quadratic, laplace])" in rfm
+    assert "task.train_fraction 0.3 to 0.7, 5 values (paper: 0.3 to 0.6, 4 values)" in rfm
+    assert line("rfm_symmetry").endswith("seeds 0-2 (paper: 0-4).")
+    ops = line("power_transformer_ops")
+    assert "task.train_fraction 0.3 to 0.8, 6 values (paper: 0.2 to 0.9, 8 values)" in ops
+    assert "optim.decoder.lr 3e-3 (paper: 1e-3)" in ops  # an unswept field: its value
+    assert line("quickstart") is None  # the quickstart's reduced preset is its spec as written
+    assert scale_line(plan_figure(ROOT / "sweeps" / "rfm_fraction.yaml", "paper")) is None

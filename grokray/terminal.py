@@ -125,7 +125,8 @@ def search_report(summary, cfg, threshold: float) -> list[str]:
 
 
 def confirmation_lines(confirmation: dict | None, cfg) -> list[str]:
-    """The confirmation stage's verdict: the best setting at the fresh seeds, median and 90 % interval."""
+    """The confirmation stage's verdict: the search's best setting at the fresh seeds, median and 90 % interval, and
+    the other confirmed settings' medians beside it."""
     if not cfg.confirm:
         return []
     if confirmation is None:
@@ -136,9 +137,10 @@ def confirmation_lines(confirmation: dict | None, cfg) -> list[str]:
     seeds = len(best["scores"])
     verdict = (f"median {best['median']:,.0f} steps, 90 % interval {best['low']:,.0f}-{best['high']:,.0f}"
                if best["median"] < cfg.penalty else "the median seed did not generalize within the budget")
+    others = "".join(f"; setting {o['setting']}: median {o['median']:,.0f}" for o in best.get("others", []))
     return [f"confirmation at {seeds} fresh seeds: setting {best['setting']} of {len(confirmation['settings'])} "
             f"(1 = the search's best): {verdict}; per seed {', '.join(f'{s:,.0f}' for s in best['scores'])} "
-            f"(penalty {cfg.penalty:g}: not generalized); MLflow parent {confirmation['parent_run_id']}"]
+            f"(penalty {cfg.penalty:g}: not generalized){others}; MLflow parent {confirmation['parent_run_id']}"]
 
 
 def training_line(name: str, config, point: dict, device: str, threads: int) -> str:

@@ -94,3 +94,32 @@ def test_the_scale_line_compares_field_by_field_swept_values_and_seeds():
     assert "optim.decoder.lr 3e-3 (paper: 1e-3)" in ops  # an unswept field: its value
     assert line("quickstart") is None  # the quickstart's reduced preset is its spec as written
     assert scale_line(plan_figure(ROOT / "sweeps" / "rfm_fraction.yaml", "paper")) is None
+
+
+def test_a_search_page_says_which_trials_asha_stopped_apart_from_those_that_failed():
+    """Issue 73: trials ASHA stopped before they were classified were called 'not within 2,000 steps' and 'do not
+    generalize' beside trials that trained the budget; the variant ⊥AdamW search has 14 stopped and 2 memorized."""
+    import pandas as pd
+
+    from grokray.atlas.search_outcomes import outcomes_line, trial_outcomes
+
+    params = ["optim.default.lr", "optim.default.weight_decay"]
+    runs = pd.read_csv(ATLAS / "data" / "grokfast_variant_orthogonal-reduced.csv")
+    assert trial_outcomes(runs, params) == {"stopped before classified": 14, "generalized": 0,
+                                            "did not generalize": 2}
+    line = ("Of its 16 trials, 14 were stopped by ASHA before any of their runs was classified (the search scores "
+            "them as not within 2,000 steps: the scheduler's call, not runs that trained the budget and failed), "
+            "0 generalized (a majority of their classified runs comprehended or grokked) and 2 did not.")
+    assert outcomes_line(runs, params, 2000) == line
+    ema = pd.read_csv(ATLAS / "data" / "grokfast_ema-reduced.csv")  # two trials' rows lost their parameters
+    ema_params = ["optim.default.lr", "optim.default.weight_decay", "optim.default.filter_alpha",
+                  "optim.default.filter_lambda"]
+    assert sum(trial_outcomes(ema, ema_params).values()) == 16  # counted apart, as the page's 16 trials
+    said = outcomes_line(ema, ema_params, 2000)
+    assert said.startswith("Of its 16 trials, ") and said in (ATLAS / "grokfast_ema-reduced.md").read_text()
+    planted = pd.DataFrame({"optim.default.lr": [1, 1, 2, 2, 3, 3], "optim.default.weight_decay": [0] * 6,
+                            "phase": ["grokking", "comprehension", "memorization", None, None, None]})
+    assert trial_outcomes(planted, params) == {"stopped before classified": 1, "generalized": 1,
+                                               "did not generalize": 1}
+    assert outcomes_line(planted.iloc[:2], params, 100) == (
+        "Of its 1 trial, 1 generalized (a majority of their classified runs comprehended or grokked) and 0 did not.")

@@ -132,3 +132,21 @@ def test_the_readmes_quote_of_the_reduced_methods_page_is_the_pages_own_lines():
     assert quoted and quoted[0].startswith("At the fresh seeds")
     start = page.index(quoted[0])
     assert page[start:start + len(quoted)] == quoted and page[start + len(quoted)] == ""  # all of it, in order
+
+
+def test_the_searchs_first_setting_leads_and_the_other_confirmed_settings_are_reported_beside_it():
+    """Issue 73: the confirmation chose its winner on the fresh seeds, then quoted that winner's interval from the
+    same seeds. Now the search's first setting is the confirmed figure and the others are only reported."""
+    first = {**confirmed([300, 320, 340, 330, 310]), "setting": 1, "settings": 2,
+             "setting_values": {"optim.default.lr": "0.002"},
+             "others": [{**confirmed([250, 270, 260, 280, 290]), "setting": 2,
+                         "setting_values": {"optim.default.lr": "0.004"}}]}
+    methods = [{"label": "A", "published_steps": None, "best": 300.0, "confirmed": first}]
+    page = methods_page_text("planted", FACTS, methods, [], "")
+    assert "of the setting the search ranked first (chosen before they ran; the others are reported beside it" in page
+    lines = page.splitlines()
+    assert "At the fresh seeds, the fastest median is **A**: 320 steps (90% interval 300 to 340; 5 seeds)." in lines
+    other = first["others"][0]
+    assert (f"A's other confirmed settings, reported and not chosen on these seeds: setting 2 (lr 0.004): median 270 "
+            f"({other['low']:,.0f} to {other['high']:,.0f}).") in lines
+    assert "of the best of them" not in page

@@ -64,8 +64,10 @@ def test_ties_are_overlapping_intervals_and_a_penalty_is_never_a_place():
     rows = [{"setting": 1, "score": s, "votes": 1} for s in (300, 310, 320, 330, 340)] + \
            [{"setting": 2, "score": s, "votes": 1} for s in (250, 260, 270, 280, 290)] + \
            [{"setting": 2, "score": 10.0, "votes": 0}]  # undecodable: left out, not the fastest seed
-    best = confirmed_best(rows)
-    assert best["setting"] == 2 and best["median"] == 270 and best["scores"] == [250, 260, 270, 280, 290]
+    best = confirmed_best(rows)  # the search's own choice leads, though setting 2 was faster at these seeds
+    assert best["setting"] == 1 and best["median"] == 320 and best["scores"] == [300, 310, 320, 330, 340]
+    [other] = best["others"]  # reported beside it, not chosen by the seeds that measure it (issue 73)
+    assert other["setting"] == 2 and other["median"] == 270 and other["scores"] == [250, 260, 270, 280, 290]
     methods = {"adamw": {"median": 270, "low": 260, "high": 280}, "ema": {"median": 285, "low": 275, "high": 300},
                "ma": {"median": 900, "low": 850, "high": 950}, "ortho": {"median": 4000, "low": 4000, "high": 4000},
                "none": None}

@@ -23,6 +23,7 @@ from analysis.plots_diagram import plot_phase_diagram
 
 from ..plan.estimate import LONG_SHARE
 from ..plan.expand import short_names
+from ..search.config import parse_search
 from ..tracking.history import share_and_mean
 from ..tracking.schema import SEARCH_OBJECTIVE_TAG
 from ..tracking.store import Store
@@ -32,6 +33,7 @@ from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
 from .runner import PieceRecord
 from .scale_note import scale_line
+from .search_outcomes import outcomes_line
 
 INDEX = "README.md"
 RAN_HEADING = "## Runs and wall time"
@@ -237,6 +239,9 @@ def _search_section(figure: Figure, search: dict, df: pd.DataFrame) -> tuple[lis
     counted = (f"; each at seeds {', '.join(map(str, seeds))}, scored by what a majority of its voting seeds "
                "reached" if len(seeds) > 1 else "")
     lines += [f"Objective: `{search['objective']}` (minimised). Trials: {len(df) // len(seeds)}{counted}.", ""]
+    spec = figure.pieces[0].spec
+    if said := outcomes_line(df, list(parse_search(spec).space), spec.first_trial().phases.budget):
+        lines += [said, ""]
     best = search["best"]
     if best:
         rows = [{"trial": b["number"], "values": ", ".join(f"{v:g}" for v in b["values"]), "phase": b["phase"],

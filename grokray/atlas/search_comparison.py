@@ -45,8 +45,9 @@ def trials_of(store: Store, parent_run_id: str) -> list[dict]:
 
 
 def confirmation_of(store: Store, parent_run_id: str) -> dict | None:
-    """The search's confirmation stage (search/confirmation.csv on its parent): the confirmed best setting's
-    median and interval at the fresh seeds, or None where the spec has no stage or it has not run."""
+    """The search's confirmation stage (search/confirmation.csv on its parent): the search's best setting's median
+    and interval at the fresh seeds, the other confirmed settings' in `others`, or None where the spec has no stage
+    or it has not run."""
     with tempfile.TemporaryDirectory() as d:
         try:
             path = store.download(parent_run_id, f"{CONFIRM_ARTIFACT_DIR}/{CONFIRM_FILE}", d)
@@ -57,10 +58,14 @@ def confirmation_of(store: Store, parent_run_id: str) -> dict | None:
     best = confirmed_best(rows)
     if best is None:
         return None
+
+    def values(setting: int) -> dict:
+        return {k: v for k, v in next(r for r in rows if int(r["setting"]) == setting).items() if k not in ROW_COLUMNS}
+
     settings = {int(r["setting"]) for r in rows}
     return {**best, "settings": len(settings), "seeds": len({r["seed"] for r in rows}),
-            "setting_values": {k: v for k, v in next(r for r in rows if int(r["setting"]) == best["setting"]).items()
-                               if k not in ROW_COLUMNS}}
+            "setting_values": values(best["setting"]),
+            "others": [{**o, "setting_values": values(o["setting"])} for o in best["others"]]}
 
 
 def method_row(result, store: Store) -> dict:
@@ -157,8 +162,12 @@ def methods_page_text(name: str, facts: dict, methods: list[dict], middle: list[
               f"(`{facts['objective']}`). Trial 0 is the setting each method's spec gives "
               "(the paper's, where one is published for this task), enqueued."
               + (" Then each method's best settings ran again at fresh seeds (the search never saw them); the "
-                 "confirmed column is the median over those seeds of the best of them, with a bootstrap "
-                 f"{LEVEL:.0%} interval, and methods whose intervals overlap are tied." if confirming else ""), ""]
+                 + ("confirmed column is the median over those seeds of the setting the search ranked first (chosen "
+                    "before they ran; the others are reported beside it, not chosen by them)"
+                    if any("others" in (m.get("confirmed") or {}) for m in methods) else
+                    "confirmed column is the median over those seeds of the best of them")
+                 + f", with a bootstrap {LEVEL:.0%} interval, and methods whose intervals overlap are tied."
+                 if confirming else ""), ""]
     if confirming:
         lines += [*verdict_lines(methods, penalty, budget, threshold), ""]
     lines += middle

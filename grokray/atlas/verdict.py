@@ -46,13 +46,29 @@ def failure_text(confirmed: dict, penalty: float, budget: int, threshold: float)
     return text + ": " + ", ".join(f"{n} {why}" for why, n in kinds.items())
 
 
+def setting_text(values: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]} {float(v):.3g}" for k, v in values.items())
+
+
+def others_text(method: str, confirmed: dict, penalty: float, budget: int) -> str | None:
+    """The search's other confirmed settings at the same fresh seeds, reported beside its choice (not chosen by
+    them), or None where only one setting was confirmed or the data predate the rule."""
+    others = confirmed.get("others") or []
+    if not others:
+        return None
+    listed = "; ".join(
+        f"setting {o['setting']}" + (f" ({setting_text(o['setting_values'])})" if o.get("setting_values") else "")
+        + f": median {steps_text(o['median'], penalty, budget)} ({interval_text(o, penalty, budget)})" for o in others)
+    return f"{method}'s other confirmed settings, reported and not chosen on these seeds: {listed}."
+
+
 def other_setting_text(method: str, confirmed: dict) -> str | None:
     """Where the confirmed figure is not of the search's best setting (the fastest at the fresh seeds of the top
     few was another), which setting it is: the table's setting column is the search's best."""
     rank, values = int(confirmed.get("setting", 1)), confirmed.get("setting_values") or {}
     if rank == 1 or not values:
         return None
-    setting = ", ".join(f"{k.split('.')[-1]} {float(v):.3g}" for k, v in values.items())
+    setting = setting_text(values)
     return (f"{method}'s confirmed figure is of its search's setting {rank} of {confirmed.get('settings', rank)} "
             f"confirmed ({setting}), the fastest of them at the fresh seeds; the best found in the search is "
             "another setting.")
@@ -100,6 +116,7 @@ def verdict_lines(methods: list[dict], penalty: float, budget: int, threshold: f
                      + ", ".join(stuck) + ".")
     lines += [f"{m}: {text}." for m, c in confirmed.items() if (text := failure_text(c, penalty, budget, threshold))]
     lines += [text for m, c in confirmed.items() if (text := other_setting_text(m, c))]
+    lines += [text for m, c in confirmed.items() if (text := others_text(m, c, penalty, budget))]
     unconfirmed = [m["label"] for m in methods if not m.get("confirmed")]
     if unconfirmed:
         lines.append("No trial generalized in the search, so there is no setting to confirm: "

@@ -90,22 +90,32 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def confirmed_best(rows: list[dict]) -> dict | None:
-    """The setting with the lowest median over its fresh seeds, from rows {setting, seed, score, votes}; a seed
-    whose split cannot reach the threshold (votes 0) is left out, as in the search's seed vote. Returns
-    {setting, scores, median, low, high, phases}."""
+def confirmed_settings(rows: list[dict]) -> list[dict]:
+    """Each setting's figures at the fresh seeds, in the search's order (setting 1 is its best), from rows
+    {setting, seed, score, votes, phase}; a seed whose split cannot reach the threshold (votes 0) is left out, as in
+    the search's seed vote. Each: {setting, scores, median, low, high, phases}."""
     by_setting: dict[int, list[tuple[float, str]]] = {}
     for row in rows:
         if int(row.get("votes", 1)):
             by_setting.setdefault(int(row["setting"]), []).append((float(row["score"]), row.get("phase", "")))
-    best = None
+    out = []
     for setting, seeds in sorted(by_setting.items()):
         scores = [score for score, _ in seeds]
         median, low, high = bootstrap_median(scores)
-        if best is None or median < best["median"]:
-            best = {"setting": setting, "scores": scores, "median": median, "low": low, "high": high,
-                    "phases": [phase for _, phase in seeds]}  # whether a seed that failed fit its training set
-    return best
+        out.append({"setting": setting, "scores": scores, "median": median, "low": low, "high": high,
+                    "phases": [phase for _, phase in seeds]})  # whether a seed that failed fit its training set
+    return out
+
+
+def confirmed_best(rows: list[dict]) -> dict | None:
+    """The search's own choice, its best setting ranked on the search's seeds before any fresh seed ran, with its
+    figures at the fresh seeds, and `others`: the other confirmed settings' figures, reported beside it. Choosing
+    the fastest of them on the fresh seeds, then quoting its interval from those same seeds, would let the
+    interval ignore the choice (the maximum of noisy medians is biased low, as the search's best is)."""
+    settings = confirmed_settings(rows)
+    if not settings:
+        return None
+    return {**settings[0], "others": settings[1:]}
 
 
 def standing(methods: dict[str, dict], penalty: float) -> dict[str, str]:

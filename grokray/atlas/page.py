@@ -32,7 +32,7 @@ from .fraction import fraction_section
 from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
 from .runner import PieceRecord
-from .scale_note import scale_line
+from .scale_note import scale_line, seed_range
 from .search_outcomes import outcomes_line
 
 INDEX = "README.md"
@@ -274,12 +274,8 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
 
 def seeds_text(seeds: list[int]) -> str:
     """'seeds 0-2' for consecutive seeds, 'seeds 0, 3, 7', or 'seed 0': the seeds a figure ran at its scale."""
-    seeds = sorted(seeds)
-    if len(seeds) == 1:
-        return f"seed {seeds[0]}"
-    if seeds == list(range(seeds[0], seeds[-1] + 1)):
-        return f"seeds {seeds[0]}-{seeds[-1]}"
-    return "seeds " + ", ".join(map(str, seeds))
+    word = "seed" if len(seeds) == 1 else "seeds"
+    return f"{word} {seed_range(seeds) or ', '.join(map(str, sorted(seeds)))}"
 
 
 def differences_section(differences: list[str] | None, seeds: list[int]) -> list[str]:

@@ -46,6 +46,14 @@ def scale_differences(figure: Figure) -> list[tuple[str, object, object]]:
     return found
 
 
+def seed_range(seeds: list[int]) -> str | None:
+    """'0-2' for consecutive seeds, '0' for one, None otherwise: how a page writes a figure's seeds."""
+    seeds = sorted(seeds)
+    if not seeds or seeds != list(range(seeds[0], seeds[0] + len(seeds))):
+        return None
+    return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+
+
 def scale_line(figure: Figure) -> str | None:
     """'At this scale (reduced) the setup differs from the paper's: task.p 59 (paper: 97), ...', or None."""
     found = scale_differences(figure)
@@ -59,8 +67,8 @@ def _value(v, key: str = "") -> str:
     """Budgets with their thousands (2,000), other numbers as everywhere (short_number); a swept field's values as
     their range and count ('0.3 to 0.7, 5 values'), or listed where they are few or not numbers; seeds as 0-2."""
     if isinstance(v, list):
-        if key == "seeds" and v and v == list(range(v[0], v[0] + len(v))):
-            return f"{v[0]}-{v[-1]}" if len(v) > 1 else str(v[0])
+        if key == "seeds" and (consecutive := seed_range(v)):
+            return consecutive
         numbers = [x for x in v if isinstance(x, int | float) and not isinstance(x, bool)]
         if len(v) > 3 and len(numbers) == len(v):
             return f"{_value(min(numbers))} to {_value(max(numbers))}, {len(v)} values"

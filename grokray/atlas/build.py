@@ -10,7 +10,8 @@ from pathlib import Path
 from ..errors import AtlasStopped, SpecError
 from ..search.config import parse_search
 from ..tracking.store import Store
-from .page import PieceTiming, page_is_current, refresh_kept_page, write_index, write_page
+from .discussion import refresh_discussion
+from .page import PieceTiming, page_is_current, write_index, write_page
 from .plan import Figure, plan_atlas
 from .runner import ESTIMATE_METRIC, UPPER_METRIC, PieceRecord, estimate_piece, run_figure
 from .search_comparison import write_methods_page
@@ -65,7 +66,7 @@ def build_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, tracki
             stored = run_figure(figure, tracking_uri, storage, run=False, log=lambda *_: None)
             kept = page_is_current(figure, out_dir) if all(not r.parent_run_id for r in stored) else None
             if kept is not None:  # MLflow here holds nothing of it, but the committed page is of these very pieces
-                page = refresh_kept_page(figure, out_dir)
+                page = refresh_discussion(figure, out_dir)
                 timings = [PieceTiming("(page)", kept["configurations"], 0, kept["estimate_s"], kept["estimate_s"],
                                        kept["measured_s"])]
                 log(f"[atlas] {figure.stem}: {page} is of these pieces (same spec hashes) and this MLflow store holds "

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.diagram import phase_counts, phase_grid, pivot
+from analysis.diagram import phase_counts, pivot
 from analysis.labels import runs_subtitle
-from analysis.pipeline import default_axes
 from analysis.plots_diagram import plot_phase_diagram
 
 from ..plan.estimate import LONG_SHARE
@@ -28,6 +27,7 @@ from ..tracking.history import share_and_mean
 from ..tracking.schema import SEARCH_OBJECTIVE_TAG
 from ..tracking.store import Store
 from .data import load_figure_runs, write_run_table
+from .discussion import HEADING, figure_grid, refresh_discussion
 from .fraction import fraction_section
 from .markdown import cell, md_table, minutes, utc
 from .plan import Figure
@@ -171,10 +171,8 @@ def _commands(figure: Figure) -> list[str]:
 
 def _diagram_section(figure: Figure, df: pd.DataFrame, img_dir: Path) -> tuple[list[str], dict]:
 
-    axes = figure.config.axes
-    # a preset may hold an axis at one value (smoke): then the figure falls back to the axes that vary
-    x, y = axes if axes and all(a in df for a in axes) else default_axes(df)
-    grid = phase_grid(df, x, y)
+    grid = figure_grid(figure, df)
+    x, y = grid.x, grid.y
     png = img_dir / f"{figure.stem}.png"
     fig = plot_phase_diagram(grid, title=f"{figure.path.stem} ({figure.scale}): phase diagram",
                              subtitle=runs_subtitle(df))
@@ -269,7 +267,7 @@ def write_page(figure: Figure, records: list[PieceRecord], timings: list[PieceTi
     page, summary = render_page(figure, df, out, notes_dir, ran=ran, search=search)
     write_run_table(df, out / "data" / f"{figure.stem}.csv", figure.pieces[0].spec.first_trial().phases.threshold)
     write_summary(figure, df, out, summary, ran, search)
-    return page
+    return refresh_discussion(figure, out, notes_dir, df)  # its fields read the JSON just written
 
 
 def seeds_text(seeds: list[int]) -> str:
@@ -319,7 +317,7 @@ def render_page(figure: Figure, df: pd.DataFrame, out: Path, notes_dir: str | Pa
     else:
         body, summary = _diagram_section(figure, df, img_dir)
         lines += ["## Phase diagram", "", *body]
-    lines += _discussion(figure, out, notes_dir)
+    lines += [HEADING, ]  # drawn by refresh_discussion once the JSON its fields read is written
     page = out / f"{figure.stem}.md"
     page.write_text("\n".join(lines).rstrip() + "\n")
     return page, summary
@@ -338,29 +336,6 @@ def write_summary(figure: Figure, df: pd.DataFrame, out: Path, summary: dict, ra
         "pieces": figure.piece_hashes, **({"set": list(figure.overrides)} if figure.overrides else {}), **summary,
         **({"ran": ran} if ran is not None else {}), **({"search": search} if search is not None else {})},
         indent=1) + "\n")
-
-
-def _discussion(figure: Figure, out: Path, notes_dir: str | Path | None) -> list[str]:
-    note = (Path(notes_dir) if notes_dir else out / "notes") / f"{figure.stem}.md"
-    return ["## Against the paper", "", note.read_text().strip() if note.exists() else
-            f"(no discussion yet: write `{note.as_posix()}`)", ""]
-
-
-def refresh_kept_page(figure: Figure, out_dir: str | Path, notes_dir: str | Path | None = None) -> Path:
-    """Put the spec's title and the current note into a kept page: the discussion is written after the run, often
-    in a checkout whose MLflow store no longer holds the figure, and the page must not keep saying there is none."""
-    out = Path(out_dir)
-    page = out / f"{figure.stem}.md"
-    text = page.read_text()
-    if text.startswith("# "):
-        text = f"# {figure.title}" + text[text.index("\n"):]
-    head = text[:text.index("## Against the paper")] if "## Against the paper" in text else text.rstrip() + "\n\n"
-    page.write_text((head + "\n".join(_discussion(figure, out, notes_dir))).rstrip() + "\n")
-    summary_path = out / f"{figure.stem}.json"
-    summary = json.loads(summary_path.read_text())
-    if summary.get("title") != figure.title:
-        summary_path.write_text(json.dumps({**summary, "title": figure.title}, indent=1) + "\n")
-    return page
 
 
 def page_is_current(figure: Figure, out_dir: str | Path) -> dict | None:

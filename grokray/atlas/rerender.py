@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from .data import read_run_table
+from .discussion import refresh_discussion
 from .page import RAN_HEADING, SEARCH_HEADING, render_page, write_index, write_summary
 from .plan import plan_figure
 from .search_comparison import redraw_methods_page
@@ -50,7 +51,7 @@ def rerender_page(path: str | Path, scale: str, out_dir: str | Path, notes_dir: 
     if search is None and "best" in summary:  # the kept section's best trials
         drawn = {**drawn, "best": summary["best"]}
     write_summary(figure, df, out, drawn, ran, search, kept=summary)
-    return page
+    return refresh_discussion(figure, out, notes_dir, df)  # its fields read the JSON just written
 
 
 def rerender_atlas(paths: list[str | Path], scale: str, out_dir: str | Path, log=print) -> list[Path]:

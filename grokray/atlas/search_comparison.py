@@ -28,7 +28,9 @@ from ..search.confirm import (  # noqa: E402
     confirmed_best,
 )
 from ..tracking.store import Store  # noqa: E402
+from .discussion import note_path, note_text  # noqa: E402
 from .markdown import md_table, minutes  # noqa: E402
+from .note_fields import PageData  # noqa: E402
 from .scale_note import scale_line  # noqa: E402
 from .verdict import interval_text, steps_text, verdict_lines  # noqa: E402
 
@@ -226,8 +228,6 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
               md_table(table), "", "Sources of the published figures:", "",
               *[f"- {r['label']}: {r['source']}" for r in rows if r["source"]], "",
               f"![val accuracy of each method's best trial](img/{stem}-curves.png)", ""]
-    page = out / f"{stem}.md"
-    page.write_text(methods_page_text(name, facts, methods, middle, _notes(out, stem)))
     counts: dict[str, int] = {}  # the index's row: every method's runs together
     for result in results:
         for phase, n in json.loads((out / f"{result.figure.stem}.json").read_text())["counts"].items():
@@ -236,6 +236,8 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
         "figure": stem, "scale": scale, "configurations": sum(counts.values()), "counts": counts,
         "estimate_s": round(sum(r.estimate_s for r in results), 1),
         "measured_s": round(sum(r.measured_s for r in results), 1), "methods": methods}, indent=1) + "\n")
+    page = out / f"{stem}.md"  # after the JSON, which the note's fields read
+    page.write_text(methods_page_text(name, facts, methods, middle, _notes(out, stem)))
     return page
 
 
@@ -254,8 +256,9 @@ def redraw_methods_page(name: str, figures: list, out_dir: str | Path) -> Path:
 
 
 def _notes(out: Path, stem: str) -> str:
-    note = out / "notes" / f"{stem}.md"
-    return note.read_text().strip() if note.exists() else ""
+    """The page's note, its fields filled from the page's JSON (and its methods' pages, by name)."""
+    summary = json.loads((out / f"{stem}.json").read_text())
+    return note_text(note_path(out, stem), PageData(pd.DataFrame(), summary, None, out)) or ""
 
 
 def _value(trial: dict | None, objective: str) -> float | None:

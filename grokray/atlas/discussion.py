@@ -1,0 +1,76 @@
+"""A page's discussion: its note (`<out>/notes/<figure>.md`, a person's reading) with its fields filled from the
+page's runs and JSON (note_fields.py). It is drawn last, once the page's data file and JSON are written, so a field
+reads what the page shows; a page kept from an earlier run gets it again from its data file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.diagram import phase_grid
+from analysis.pipeline import default_axes
+
+from ..search.config import parse_search
+from .data import read_run_table
+from .note_fields import PageData, fill
+from .plan import Figure
+
+HEADING = "## Against the paper"
+
+
+def figure_grid(figure: Figure, df: pd.DataFrame):
+    """The figure's phase diagram (its cells), on the atlas block's axes where the runs vary them."""
+    axes = figure.config.axes
+    # a preset may hold an axis at one value (smoke): then the figure falls back to the axes that vary
+    x, y = axes if axes and all(a in df for a in axes) else default_axes(df)
+    return phase_grid(df, x, y)
+
+
+def page_data(figure: Figure, out: Path, df: pd.DataFrame) -> PageData:
+    """What the note's fields read: the runs, the JSON written beside the page, the diagram's cells."""
+    summary_path = out / f"{figure.stem}.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    cells = None
+    if (not figure.pieces[0].search and figure.config.view != "fraction" and "phase" in df
+            and df["phase"].notna().any()):
+        cells = figure_grid(figure, df).cells
+    params = list(parse_search(figure.pieces[0].spec).space) if figure.pieces[0].search else None
+    return PageData(df, summary, cells, out, params)
+
+
+def note_path(out: Path, stem: str, notes_dir: str | Path | None = None) -> Path:
+    return (Path(notes_dir) if notes_dir else out / "notes") / f"{stem}.md"
+
+
+def note_text(note: Path, data: PageData) -> str | None:
+    return fill(note.read_text().strip(), data) if note.exists() else None
+
+
+def discussion_lines(figure: Figure, out: Path, notes_dir: str | Path | None, df: pd.DataFrame) -> list[str]:
+    note = note_path(out, figure.stem, notes_dir)
+    text = note_text(note, page_data(figure, out, df))
+    return [HEADING, "", text if text is not None else f"(no discussion yet: write `{note.as_posix()}`)", ""]
+
+
+def refresh_discussion(figure: Figure, out_dir: str | Path, notes_dir: str | Path | None = None,
+                       df: pd.DataFrame | None = None) -> Path:
+    """Draw the page's discussion again (and its title, from the spec): the note is written after the run, often
+    in a checkout whose MLflow store no longer holds the figure, and the page must not keep saying there is none.
+    `df`: the page's runs (default: its data file)."""
+    out = Path(out_dir)
+    page = out / f"{figure.stem}.md"
+    text = page.read_text()
+    if text.startswith("# "):
+        text = f"# {figure.title}" + text[text.index("\n"):]
+    head = text[:text.index(HEADING)] if HEADING in text else text.rstrip() + "\n\n"
+    if df is None:
+        csv = out / "data" / f"{figure.stem}.csv"
+        df = read_run_table(csv, figure) if csv.exists() else pd.DataFrame()
+    page.write_text((head + "\n".join(discussion_lines(figure, out, notes_dir, df))).rstrip() + "\n")
+    summary_path = out / f"{figure.stem}.json"
+    summary = json.loads(summary_path.read_text())
+    if summary.get("title") != figure.title:
+        summary_path.write_text(json.dumps({**summary, "title": figure.title}, indent=1) + "\n")
+    return page

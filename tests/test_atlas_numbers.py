@@ -1,0 +1,99 @@
+"""Every number an atlas page's note prints comes from the page's data (issue 73): a field, filled from the data
+file or JSON whenever the page is drawn, or a literal the spec states or (a measurement) the data holds at the
+printed precision. docs/atlas/notes/untraced.json lists, note by note, the literal numbers not traced yet; a
+number not on it fails, and so does one on it that the note no longer prints (the list only shrinks).
+About 3 s: files only, no run."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from grokray.atlas.data import read_run_table
+from grokray.atlas.discussion import page_data
+from grokray.atlas.note_fields import (
+    FieldError,
+    PageData,
+    evaluate,
+    fill,
+    literal_numbers,
+    matches,
+    note_pools,
+    untraced,
+)
+from grokray.atlas.plan import plan_figure
+
+ROOT = Path(__file__).resolve().parents[1]
+ATLAS = ROOT / "docs" / "atlas"
+NOTES = sorted((ATLAS / "notes").glob("*.md"))
+UNTRACED = json.loads((ATLAS / "notes" / "untraced.json").read_text())
+
+
+def _page_data(stem: str) -> PageData:
+    """What the page's note is filled from, as the atlas draws it."""
+    summary = json.loads((ATLAS / f"{stem}.json").read_text())
+    if "spec" not in summary:  # a methods page: its JSON (and its methods' pages)
+        return PageData(pd.DataFrame(), summary, None, ATLAS)
+    figure = plan_figure(ROOT / summary["spec"], summary["scale"], tuple(summary.get("set", ())))
+    return page_data(figure, ATLAS, read_run_table(ATLAS / "data" / f"{stem}.csv", figure))
+
+
+def _data(stem: str) -> PageData:
+    csv = ATLAS / "data" / f"{stem}.csv"
+    return PageData(pd.read_csv(csv) if csv.exists() else pd.DataFrame(),
+                    json.loads((ATLAS / f"{stem}.json").read_text()), None, ATLAS)
+
+
+@pytest.mark.parametrize("note", NOTES, ids=lambda p: p.stem)
+def test_every_number_a_note_prints_is_a_field_or_traced_to_the_spec_or_data(note, monkeypatch):
+    monkeypatch.chdir(ROOT)  # a JSON names its spec from the repository's root
+    text = note.read_text()
+    stated, measured = note_pools(ATLAS, note.stem, text)
+    assert untraced(text, stated, measured) == UNTRACED.get(note.stem, []), (
+        "a number typed into the note that neither the spec nor the page's data holds: make it a field "
+        "(grokray/atlas/note_fields.py), or correct it")
+    if "{{" in text:
+        page = (ATLAS / f"{note.stem}.md").read_text()
+        assert fill(text.strip(), _page_data(note.stem)) in page, "the page shows its note as its data fills it"
+
+
+def test_the_untraced_list_names_only_notes_that_exist():
+    assert set(UNTRACED) <= {n.stem for n in NOTES}
+    assert all(UNTRACED.values()), "a note with nothing left untraced leaves the list"
+
+
+def test_a_number_typed_wrong_is_caught_and_a_field_follows_its_data():
+    """Planted: the quickstart's data with a note that misquotes one measurement and one count."""
+    runs = pd.read_csv(ATLAS / "data" / "quickstart-reduced.csv")
+    data = PageData(runs, json.loads((ATLAS / "quickstart-reduced.json").read_text()), None, ATLAS)
+    stated, measured = note_pools(ATLAS, "quickstart-reduced", "")
+    median = runs.loc[runs.phase == "grokking", "step_val_acc_0.9"].median()
+    right = f"Grokking runs cross at a median step of {median:,.0f}."
+    assert untraced(right, stated, measured) == []
+    wrong = f"Grokking runs cross at a median step of {median + 7:,.0f}."
+    assert untraced(wrong, stated, measured) == [f"{median + 7:,.0f}"]
+    assert untraced("Seed 1 groks in 13 cells.", stated, measured) == ["13"]  # a count is a field, never a literal
+    note = "Seed 1 groks in {{runs seed=1 phase=grokking}} cells, at a median of {{median step_val_acc_0.9 " \
+           "phase=grokking|,.0f}} steps."
+    grokking = int(((runs.seed == 1) & (runs.phase == "grokking")).sum())
+    assert fill(note, data) == f"Seed 1 groks in {grokking} cells, at a median of {median:,.0f} steps."
+    fewer = PageData(runs.drop(runs.index[(runs.seed == 1) & (runs.phase == "grokking")][:1]), data.summary)
+    assert fill(note, fewer).startswith(f"Seed 1 groks in {grokking - 1} cells")  # the data changed, so does the page
+
+
+@pytest.mark.parametrize("field, why", [
+    ("count phase=grokking", "starts with one of"), ("runs colour=red", "not COLUMN OP VALUE"),
+    ("median", "of which column"), ("json no.such.key", "has no 'no.such.key'"),
+    ("cells shown=grokking", "no phase diagram")])
+def test_a_field_the_page_cannot_fill_says_why(field, why):
+    with pytest.raises(FieldError, match=why):
+        evaluate(field, _data("quickstart-reduced"))
+
+
+def test_numbers_are_read_as_printed():
+    assert literal_numbers("lr 6.3e-3 at 1,686 steps (Fig. 6b, §4.1, 2026-11-26, commit cb77913, `p: 97`)") == [
+        "6.3e-3", "1,686"]
+    assert matches("6.3e-3", 0.00631) and matches("1,686", 1686.0) and not matches("1,687", 1686.0)
+    assert matches("1,700", 1686.0) and not matches("1,680", 1686.0)  # a round figure, at its own precision
+    assert matches("2,000", 1995.0) and not matches("0.78", 0.785001)

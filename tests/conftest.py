@@ -83,14 +83,26 @@ def _ray_workers_at_the_tests_priority():
         os.environ.pop(WORKER_NICENESS, None)
 
 
+def _private_ray(num_cpus: int):
+    import ray
+
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A private local Ray for one test module (never a bare ray.init(): it may join a stale cluster)."""
-    import ray
+    yield from _private_ray(2)
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+
+@pytest.fixture(scope="module")
+def one_slot_ray():
+    """A private local Ray of one CPU: a launch's packs train in one process, one after another. For a test of
+    many small launches (the atlas smoke's 26 figures, each its own Tune run) whose checks are not about two packs
+    at once: each new trial process imports torch, Tune and MLflow again (about 7 CPU-s on 2 cores)."""
+    yield from _private_ray(1)
 
 
 def open_parent(uri: str, spec, plan, spool_dir, kind: str = "grid"):

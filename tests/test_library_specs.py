@@ -39,23 +39,12 @@ def test_full_scale_spec_expands_with_a_documented_header(path):
         plan_figure(path, scale)  # every spec has both presets, and its atlas block and pieces are valid
 
 
-@pytest.fixture(scope="module")
-def one_slot_ray():
-    """A private local Ray of one CPU: each figure's packs train in one process, one after another. Every figure is
-    its own Tune run, and each new trial process imports torch, Tune and MLflow again (about 7 CPU-s on 2 cores):
-    26 figures at two slots started 52 of them, which is most of what this test cost, and none of its checks is
-    about two packs at once (tests/test_run.py's smoke sweep is)."""
-    import ray
-
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.library
 def test_atlas_smoke_runs_every_figure_and_writes_its_page(one_slot_ray, tmp_path):
     """`grokray atlas --scale smoke` over the whole library, as CI runs it: one page per figure whose phase counts
-    are the children's in MLflow, a child per configuration, and an estimate beside the measured wall."""
+    are the children's in MLflow, a child per configuration, and an estimate beside the measured wall. On one slot:
+    26 figures at two started 52 trial processes, most of this test's cost (243 against 356 CPU-s alone), and none
+    of its checks is about two packs at once (tests/test_run.py's smoke sweep is)."""
     import json
 
     from grokray.atlas.build import build_atlas

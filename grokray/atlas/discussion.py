@@ -14,10 +14,10 @@ from analysis.pipeline import default_axes
 
 from ..search.config import parse_search
 from .data import read_run_table
-from .note_fields import PageData, fill
+from .note_fields import HEADINGS, PageData, fill
 from .plan import Figure
 
-HEADING = "## Against the paper"
+HEADING = HEADINGS[0]
 
 
 def figure_grid(figure: Figure, df: pd.DataFrame):

@@ -44,6 +44,7 @@ import yaml
 from ..models.diagnostics import RQI_THRESHOLD
 from ..plan.estimate import LONG_SHARE
 from ..search.confirm import LEVEL
+from ..search.objective import seed_vote
 from ..spec import load_spec
 
 FIELD = re.compile(r"\{\{(.+?)\}\}", re.S)
@@ -61,7 +62,8 @@ NOT_NUMBERS = [re.compile(p) for p in (
     r"\btrials? \d+(?:(?:,| and) \d+)*",              # a trial's number: a name, not a count
 )]
 SMALL = 100  # integers below this must come from the spec or a field
-GENERALIZED = ("comprehension", "grokking")
+# where a page's note starts (a figure's page, a methods page): what precedes it is generated
+HEADINGS = ("## Against the paper", "## Discussion")
 
 
 class FieldError(ValueError):
@@ -179,23 +181,29 @@ def evaluate(field: str, data: PageData):
 
 
 def trial_table(runs: pd.DataFrame, params: list[str] | None = None) -> pd.DataFrame:
-    """A search's trials from its runs, one row each (see the module's `trials`)."""
+    """A search's trials from its runs, one row each (see the module's `trials`), scored as the search scores
+    them (search.objective.seed_vote)."""
     columns = list(runs.columns)
     if params is None:
         params = columns[columns.index("piece") + 1:columns.index("seed")] if "piece" in runs and "seed" in runs else []
     params = [p for p in params if p in runs]
-    step = next((c for c in columns if c.startswith("step_val_acc_")), None)
-    if not params or step is None:
+    val = next((c for c in columns if c.startswith("step_val_acc_")), None)
+    if not params or val is None:
         return pd.DataFrame(columns=["voting", "generalized", "score"])
-    threshold = float(step.rsplit("_", 1)[1])
+    threshold = float(val.rsplit("_", 1)[1])
+    train = f"step_train_acc_{val.rsplit('_', 1)[1]}"
+
+    def step(v):
+        return None if pd.isna(v) else v
+
     rows = []
     for _, trial in runs.groupby(params, dropna=False, sort=False):
-        voting = trial[trial["ideal_val_acc"] >= threshold] if "ideal_val_acc" in trial else trial
-        steps = sorted(pd.to_numeric(voting[step], errors="coerce").dropna())
-        need = len(voting) // 2 + 1
-        rows.append({**{p: trial[p].iloc[0] for p in params}, "voting": len(voting),
-                     "generalized": int(voting["phase"].isin(GENERALIZED).sum()),
-                     "score": steps[need - 1] if len(steps) >= need else math.nan})
+        members = [{"seed": r["seed"], "phase": r["phase"], "step_train": step(r.get(train)), "step_val": step(r[val]),
+                    "threshold": threshold, "ideal": step(r.get("ideal_val_acc"))} for _, r in trial.iterrows()]
+        vote = seed_vote(["time_to_generalize"], math.inf, members)
+        rows.append({**{p: trial[p].iloc[0] for p in params}, "voting": vote["seeds_voting"],
+                     "generalized": vote["seeds_generalized"],
+                     "score": vote["values"][0] if math.isfinite(vote["values"][0]) else math.nan})
     return pd.DataFrame(rows)
 
 
@@ -324,10 +332,6 @@ def untraced(note: str, stated: list[float], measured: tuple[list[float], list[f
     return out
 
 
-def read_page_data(json_path: Path, runs: pd.DataFrame, cells: pd.DataFrame | None = None) -> PageData:
-    return PageData(runs, json.loads(json_path.read_text()) if json_path.exists() else {}, cells)
-
-
 def _linked(note: str, folder: Path) -> list[str]:
     """Other pages a note names (a link, or a page's name in running text)."""
     names = set(re.findall(r"\(([\w\-]+)\.md\)", note)) | set(re.findall(r"\b([a-z][\w]*-(?:reduced|paper))\b", note))
@@ -363,5 +367,3 @@ def note_pools(folder: Path, stem: str, note: str) -> tuple[list[float], list[fl
         summarised, rows = summarised + s, rows + r
     return stated, (summarised, rows)
 
-
-HEADINGS = ("## Against the paper", "## Discussion")  # where a page's note starts: what precedes it is generated

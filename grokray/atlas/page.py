@@ -317,7 +317,7 @@ def render_page(figure: Figure, df: pd.DataFrame, out: Path, notes_dir: str | Pa
     else:
         body, summary = _diagram_section(figure, df, img_dir)
         lines += ["## Phase diagram", "", *body]
-    lines += [HEADING, ]  # drawn by refresh_discussion once the JSON its fields read is written
+    lines += [HEADING, ""]  # drawn by refresh_discussion once the JSON its fields read is written
     page = out / f"{figure.stem}.md"
     page.write_text("\n".join(lines).rstrip() + "\n")
     return page, summary

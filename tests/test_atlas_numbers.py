@@ -17,9 +17,11 @@ from grokray.atlas.note_fields import (
     PageData,
     evaluate,
     fill,
+    formatted,
     literal_numbers,
     matches,
     note_pools,
+    trial_table,
     untraced,
 )
 from grokray.atlas.plan import plan_figure
@@ -84,11 +86,30 @@ def test_a_number_typed_wrong_is_caught_and_a_field_follows_its_data():
 
 @pytest.mark.parametrize("field, why", [
     ("count phase=grokking", "starts with one of"), ("runs colour=red", "not COLUMN OP VALUE"),
-    ("median", "of which column"), ("json no.such.key", "has no 'no.such.key'"),
+    ("median", "of which column"), ("at seed least phase", "at COLUMN min.max OTHER"),
+    ("trials max no_such_column", "of which column"), ("json no.such.key", "has no 'no.such.key'"),
     ("cells shown=grokking", "no phase diagram")])
 def test_a_field_the_page_cannot_fill_says_why(field, why):
     with pytest.raises(FieldError, match=why):
         evaluate(field, _data("quickstart-reduced"))
+
+
+def test_a_trial_and_a_row_are_read_by_their_extremes():
+    """`trials AGG COLUMN` aggregates the search's trials as it scored them; `at COLUMN min OTHER` reads one row."""
+    data = _page_data("degrok_toy-reduced")
+    table = trial_table(data.runs, data.params)
+    fast = table[table.score <= 1000]
+    assert evaluate("trials max optim.decoder.lr score<=1000", data) == fast["optim.decoder.lr"].max()
+    assert evaluate("trials median optim.decoder.weight_decay score<=1000", data) == \
+        fast["optim.decoder.weight_decay"].median()
+    best = table.loc[table.score.idxmin()]
+    assert evaluate("trials at optim.decoder.lr min score", data) == best["optim.decoder.lr"]
+    assert evaluate("trials min score", data) == best.score
+    seed1 = data.runs[data.runs.seed == 1]
+    first = seed1.loc[seed1["step_val_acc_0.9"].idxmin()]
+    assert evaluate("at optim.decoder.weight_decay min step_val_acc_0.9 seed=1", data) == \
+        first["optim.decoder.weight_decay"]
+    assert evaluate("at seed max step_val_acc_0.9 seed=1", data) == 1
 
 
 def test_numbers_are_read_as_printed():
@@ -96,4 +117,5 @@ def test_numbers_are_read_as_printed():
         "6.3e-3", "1,686"]
     assert matches("6.3e-3", 0.00631) and matches("1,686", 1686.0) and not matches("1,687", 1686.0)
     assert matches("1,700", 1686.0) and not matches("1,680", 1686.0)  # a round figure, at its own precision
+    assert formatted(0.00631, ".1e") == "6.3e-3" and formatted(12500.0, ".2e") == "1.25e4"  # as a note writes it
     assert matches("2,000", 1995.0) and not matches("0.78", 0.785001)

@@ -12,13 +12,15 @@ literal 13 would match some value of almost any data file.
 Fields: `AGGREGATE [COLUMN] [FILTER ...] [where FILTER ...] [| FORMAT]`
 - `runs F...`: rows of the data file that pass every filter; `share F... where G...`: the fraction of the rows
   passing G (all rows if none) that also pass F
-- `median|min|max|mean COLUMN F...`: over the rows that pass, NaN left out; `distinct COLUMN F...`: its values
+- `median|min|max|mean COLUMN F...`: over the rows that pass, NaN left out; `distinct COLUMN F...`: its values;
+  `at COLUMN min|max OTHER F...`: COLUMN's value in the passing row where OTHER is least (greatest)
 - `cells F...`: the phase diagram's cells that pass (columns of the cells table: `shown`, the majority phase or a
   tie `a|b`; `agreement`; `n`; `n_undecodable`), after `where G...` keeps only the runs passing G
 - `trials F...`: a search's trials that pass (its runs grouped by the searched parameters; columns: the
   parameters, `voting`, the runs whose split can reach the threshold, `generalized`, those of them that comprehend
   or grok, and `score`, the step by which a majority of the voting runs reached the threshold, none where they did
-  not), after `where G...` keeps only the runs passing G
+  not), after `where G...` keeps only the runs passing G; `trials AGGREGATE COLUMN F...` is one of the
+  aggregates above over the trials instead of the runs (`trials max optim.lr score<=1000`)
 - `json PATH [/ PATH]`: a value of the page's JSON, or the ratio of two (any field `A / B` is the ratio of two
   fields): a dotted path, a list's item by its
   index or by a value it holds (`methods.Muon.confirmed.median`), a key with a dot in brackets
@@ -50,7 +52,8 @@ from ..spec import load_spec
 FIELD = re.compile(r"\{\{(.+?)\}\}", re.S)
 OPS = {"!=": operator.ne, "<=": operator.le, ">=": operator.ge, "=": operator.eq, "<": operator.lt, ">": operator.gt}
 FILTER = re.compile(r"^(.+?)(!=|<=|>=|=|<|>)(.+)$")
-AGGREGATES = ("runs", "share", "median", "min", "max", "mean", "distinct", "cells", "trials", "json")
+COLUMN_AGGREGATES = ("median", "min", "max", "mean", "distinct", "at")
+AGGREGATES = ("runs", "share", *COLUMN_AGGREGATES, "cells", "trials", "json")
 # a number as a note prints it: 1,686 / 0.78 / 6.3e-3 / 1e5, not part of a word, a name or a version
 NUMBER = re.compile(r"(?<![\w.\-/])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![\w/]|\.\d)")
 NOT_NUMBERS = [re.compile(p) for p in (
@@ -167,16 +170,32 @@ def evaluate(field: str, data: PageData):
         return float(_mask(df, filters, field).mean()) if len(df) else math.nan
     if kind == "trials":
         table = trial_table(df, data.params)
+        if filters and filters[0] in COLUMN_AGGREGATES:  # an aggregate over the trials, not their count
+            return _of_column(filters[0], filters[1:], table, field)
         return int(_mask(table, filters, field).sum())
     if kind == "cells":
         if data.cells is None:
             raise FieldError(f"{{{{{field}}}}}: this page draws no phase diagram, so it has no cells")
         return int(_mask(data.cells, filters, field).sum())
-    if not filters or filters[0] not in df.columns:
-        raise FieldError(f"{{{{{field}}}}}: {kind} of which column? ({', '.join(map(str, df.columns))})")
+    return _of_column(kind, filters, df, field)
+
+
+def _of_column(kind: str, words: list[str], df: pd.DataFrame, field: str):
+    """`median|min|max|mean|distinct COLUMN F...` or `at COLUMN min|max OTHER F...` over the rows of `df`."""
+    named = [words[0], words[2]] if kind == "at" and len(words) > 2 else words[:1]
+    if not named or any(c not in df.columns for c in named) or kind == "at" and words[1] not in ("min", "max"):
+        shape = " (at COLUMN min|max OTHER)" if kind == "at" else ""
+        raise FieldError(f"{{{{{field}}}}}: {kind} of which column{shape}? ({', '.join(map(str, df.columns))})")
+    filters = words[3:] if kind == "at" else words[1:]
+    rows = df[_mask(df, filters, field)]
     if kind == "distinct":
-        return int(df[filters[0]][_mask(df, filters[1:], field)].nunique())
-    values = pd.to_numeric(df[filters[0]], errors="coerce")[_mask(df, filters[1:], field)].dropna()
+        return int(rows[words[0]].nunique())
+    if kind == "at":  # the value of one column in the row where another is least or greatest
+        key = pd.to_numeric(rows[words[2]], errors="coerce").dropna()
+        if not len(key):
+            return math.nan
+        return float(pd.to_numeric(rows.loc[key.idxmin() if words[1] == "min" else key.idxmax(), words[0]]))
+    values = pd.to_numeric(rows[words[0]], errors="coerce").dropna()
     return getattr(values, kind)() if len(values) else math.nan
 
 
@@ -208,8 +227,8 @@ def trial_table(runs: pd.DataFrame, params: list[str] | None = None) -> pd.DataF
 
 
 def formatted(value, spec: str | None) -> str:
-    if spec:
-        return format(value, spec)
+    if spec:  # 6.3e-3, as a note writes it, not 6.3e-03
+        return re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", format(value, spec))
     if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
         value = int(value)
     return f"{value:,}" if isinstance(value, int) else f"{value:.3g}"

@@ -494,6 +494,42 @@ def test_the_module_tables_the_functional_call_swaps_are_still_torchs():
     lin._parameters["weight"] = saved
 
 
+@pytest.mark.parametrize("factory, kwargs, rows", [
+    ("LiuToy", {"vocab_size": 10, "out_features": 19, "hidden": [8, 8]}, torch.randint(0, 10, (5, 2))),
+    ("MHATransformer", {"vocab_size": 7, "seq_len": 2, "out_features": 7}, torch.randint(0, 7, (5, 2))),
+    ("make_mlp", {"in_features": 6, "out_features": 2, "width": 8, "dropout": 0.5}, torch.randn(5, 6))])
+def test_members_mapped_computes_what_torch_func_vmap_does_bit_for_bit(factory, kwargs, rows):
+    """The module family's eager pack maps its members with vmap's own level functions (user_module.members_mapped,
+    without vmap's per-call Python); its output and gradients equal torch.func.vmap's exactly, dropout's draws
+    too (about 0.1 s)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from grokray.models.user_module import FUSED_ATTENTION, Functional, members_mapped
+    from grokray.user_code import import_reference
+
+    torch.manual_seed(0)
+    module = import_reference(f"userpkg.models:{factory}", "model.factory")(**kwargs).train()
+    xs = torch.stack([rows, rows.flip(0), rows])
+    fn = Functional(module)
+    results = []
+    for mapped in (lambda *a: torch.func.vmap(fn.member_forward, randomness="different")(*a),
+                   lambda *a: members_mapped(fn.member_forward, 3, *a)):
+        params = {n: (torch.stack([p.detach()] * 3) + torch.arange(3.0).view(3, *[1] * p.dim()) * 0.01
+                      ).requires_grad_() for n, p in module.named_parameters()}
+        torch.manual_seed(1)
+        with sdpa_kernel([SDPBackend.MATH]):  # as the pack runs attention (Functional._batched_run)
+            out = mapped(params, {}, xs)
+        out.square().sum().backward()
+        results.append((out.detach(), {n: p.grad for n, p in params.items()}))
+    (ref, ref_grads), (ours, grads) = results
+    assert ours.shape == ref.shape and torch.equal(ours, ref)
+    assert all(torch.equal(grads[n], ref_grads[n]) for n in ref_grads)
+    assert not torch.equal(ours[0], ours[2]), "the members differ (their parameters, or dropout's draws)"
+    before = [enabled() for enabled, _ in FUSED_ATTENTION]
+    assert fn(params, {}, xs).shape == ours.shape  # the pack's call: attention on the math path while it runs
+    assert [enabled() for enabled, _ in FUSED_ATTENTION] == before, "the fused backends are back as they were"
+
+
 @pytest.mark.slow(reason="20-30 s compiling; the module family's captured step runs in test_capture.py")
 def test_a_compiled_module_pack_computes_what_the_eager_one_does():
     """train.capture: compiled on the module family (its forward compiled through functional_call under vmap): the

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch._C._functorch import _add_batch_dim, _remove_batch_dim, _vmap_decrement_nesting, _vmap_increment_nesting
+from torch._functorch.vmap import lazy_load_decompositions
 
 from ..config import bounded, unknown_key_error
 from ..errors import SpecError
@@ -23,6 +24,10 @@ STATEFUL_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm
                   torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d)
 DROPOUT = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
            torch.nn.FeatureAlphaDropout)
+# the fused attention backends (each: is it on, turn it on or off); with all off, attention takes the math path
+FUSED_ATTENTION = [(torch.backends.cuda.flash_sdp_enabled, torch.backends.cuda.enable_flash_sdp),
+                   (torch.backends.cuda.mem_efficient_sdp_enabled, torch.backends.cuda.enable_mem_efficient_sdp),
+                   (torch.backends.cuda.cudnn_sdp_enabled, torch.backends.cuda.enable_cudnn_sdp)]
 ONE_GROUP = "all"
 REST_GROUP = "rest"
 
@@ -143,10 +148,12 @@ class Functional:
         self.slots = [(table, attr, canonical[id(t)], kind) for sub in module.modules()
                       for kind, table in (("params", sub._parameters), ("buffers", sub._buffers))
                       for attr, t in table.items() if t is not None]
-        self.batched = torch.func.vmap(self._call, randomness="different")
+        lazy_load_decompositions()  # the batching rules torch.func.vmap loads on its first call
+        self.batched = torch.func.vmap(self.member_forward, randomness="different")
         self.scored_batched = torch.func.vmap(self._call_scored, in_dims=(None, 0, 0, 0, 0), randomness="different")
 
-    def _call(self, params, buffers, x):
+    def member_forward(self, params, buffers, x):
+        """One member's forward: its tensors in the module's slots, the module called."""
         if torch.compiler.is_compiling():
             return torch.func.functional_call(self.module, (params, buffers), (x,))
         saved = []
@@ -160,13 +167,15 @@ class Functional:
                 table[attr] = original
 
     def _call_scored(self, head, params, buffers, x, y):
-        out = self._call(params, buffers, x)
+        out = self.member_forward(params, buffers, x)
         out = out.unsqueeze(-1) if out.dim() == 1 else out
         loss, correct = head.per_sample(out.unsqueeze(0), y.unsqueeze(0))  # the head reads [members, rows, ...]
         return loss.squeeze(0), correct.squeeze(0)
 
     def __call__(self, params: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
-        return self._batched_run(self.batched, params, buffers, x)
+        if torch.compiler.is_compiling():
+            return self.batched(params, buffers, x)
+        return self._batched_run(members_mapped, self.member_forward, len(x), params, buffers, x)
 
     def scored(self, head, chunk: int, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor):
         """Each member's per-row loss and correctness, [K, B] each, with the loss inside the vmapped function and
@@ -178,16 +187,45 @@ class Functional:
         sizes = [chunk] * (len(x) // chunk) + [len(x) % chunk] * (len(x) % chunk > 0)
         parts = [{n: t.split(sizes) for n, t in d.items()} for d in (params, buffers)]
         xs, ys = x.split(sizes), y.split(sizes)
-        scored = [self._batched_run(self.scored_batched, head, {n: t[i] for n, t in parts[0].items()},
-                                    {n: t[i] for n, t in parts[1].items()}, xs[i], ys[i]) for i in range(len(sizes))]
+        scored = [self._scored_run(head, {n: t[i] for n, t in parts[0].items()},
+                                   {n: t[i] for n, t in parts[1].items()}, xs[i], ys[i]) for i in range(len(sizes))]
         return torch.cat([s[0] for s in scored]), torch.cat([s[1] for s in scored])
+
+    def _scored_run(self, head, params, buffers, x, y):
+        if torch.compiler.is_compiling():
+            return self.scored_batched(head, params, buffers, x, y)
+        return self._batched_run(members_mapped, lambda *a: self._call_scored(head, *a), len(x), params, buffers, x, y)
 
     @staticmethod
     def _batched_run(batched, *args):
-        if torch.compiler.is_compiling():
-            return batched(*args)
         # torch's fused attention kernels (flash, memory-efficient; F.scaled_dot_product_attention, and
         # nn.MultiheadAttention with need_weights=False) have no batching rule, so vmap ran them member by member;
-        # the math backend is matmuls and a softmax, which vmap batches (issue 70: 1.00x a plain loop against 0.67x)
-        with sdpa_kernel([SDPBackend.MATH]):
+        # the math backend is matmuls and a softmax, which vmap batches (issue 70: 1.00x a plain loop against 0.67x).
+        # The flags directly, as sdpa_kernel([SDPBackend.MATH]) sets them on CUDA and CPU, in 1 us, not its 10
+        saved = [enabled() for enabled, _ in FUSED_ATTENTION]
+        for _, enable in FUSED_ATTENTION:
+            enable(False)
+        try:
             return batched(*args)
+        finally:
+            for (_, enable), was in zip(FUSED_ATTENTION, saved, strict=True):
+                enable(was)
+
+
+def members_mapped(call, k: int, *args):
+    """`call` vmapped over the leading member dimension of every argument (dicts of tensors, or tensors), as
+    torch.func.vmap(call, randomness="different") computes it, bit for bit (tests/test_user_code.py), without its
+    per-call Python: vmap flattens, checks and rebuilds its arguments' pytrees at every call, an eighth of a small
+    model's step at K = 1 (0.95 -> 0.83 ms, the width-32 toy). torch has no public API for vmap's levels; these
+    are the functions vmap itself calls, and the test beside it fails by name if torch renames them."""
+    level = _vmap_increment_nesting(k, "different")
+    try:
+        out = call(*({n: _add_batch_dim(t, 0, level) for n, t in a.items()} if isinstance(a, dict)
+                     else _add_batch_dim(a, 0, level) for a in args))
+        if not isinstance(out, torch.Tensor | tuple) or isinstance(out, tuple) and not all(
+                isinstance(o, torch.Tensor) for o in out):
+            raise TypeError(f"the module's forward returned {type(out).__name__}; expected a tensor")
+        return tuple(_remove_batch_dim(o, level, k, 0) for o in out) if isinstance(out, tuple) else \
+            _remove_batch_dim(out, level, k, 0)
+    finally:
+        _vmap_decrement_nesting()

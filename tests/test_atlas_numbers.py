@@ -10,8 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grokray.atlas.data import read_run_table
-from grokray.atlas.discussion import page_data
+from grokray.atlas.discussion import stored_page
 from grokray.atlas.note_fields import (
     FieldError,
     PageData,
@@ -24,7 +23,6 @@ from grokray.atlas.note_fields import (
     trial_table,
     untraced,
 )
-from grokray.atlas.plan import plan_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 ATLAS = ROOT / "docs" / "atlas"
@@ -33,12 +31,9 @@ UNTRACED = json.loads((ATLAS / "notes" / "untraced.json").read_text())
 
 
 def _page_data(stem: str) -> PageData:
-    """What the page's note is filled from, as the atlas draws it."""
-    summary = json.loads((ATLAS / f"{stem}.json").read_text())
-    if "spec" not in summary:  # a methods page: its JSON (and its methods' pages)
-        return PageData(pd.DataFrame(), summary, None, ATLAS)
-    figure = plan_figure(ROOT / summary["spec"], summary["scale"], tuple(summary.get("set", ())))
-    return page_data(figure, ATLAS, read_run_table(ATLAS / "data" / f"{stem}.csv", figure))
+    """What the page's note is filled from, as the atlas draws it (from the repository's root: a JSON names its
+    spec from there)."""
+    return stored_page(ATLAS, stem)
 
 
 def _data(stem: str) -> PageData:
@@ -94,8 +89,10 @@ def test_a_field_the_page_cannot_fill_says_why(field, why):
         evaluate(field, _data("quickstart-reduced"))
 
 
-def test_a_trial_and_a_row_are_read_by_their_extremes():
-    """`trials AGG COLUMN` aggregates the search's trials as it scored them; `at COLUMN min OTHER` reads one row."""
+def test_a_trial_and_a_row_are_read_by_their_extremes(monkeypatch):
+    """`trials AGG COLUMN` aggregates the search's trials as it scored them; `at COLUMN min OTHER` reads one row;
+    `... in PAGE` reads another page's data."""
+    monkeypatch.chdir(ROOT)
     data = _page_data("degrok_toy-reduced")
     table = trial_table(data.runs, data.params)
     fast = table[table.score <= 1000]
@@ -110,11 +107,16 @@ def test_a_trial_and_a_row_are_read_by_their_extremes():
     assert evaluate("at optim.decoder.weight_decay min step_val_acc_0.9 seed=1", data) == \
         first["optim.decoder.weight_decay"]
     assert evaluate("at seed max step_val_acc_0.9 seed=1", data) == 1
+    methods = _page_data("grokfast-variant-methods-reduced")  # a methods page: no runs of its own
+    assert evaluate("trials min score in degrok_toy-reduced", methods) == best.score
+    with pytest.raises(FieldError, match="no page 'no_such-reduced'"):
+        evaluate("runs phase=grokking in no_such-reduced", methods)
 
 
 def test_numbers_are_read_as_printed():
     assert literal_numbers("lr 6.3e-3 at 1,686 steps (Fig. 6b, §4.1, 2026-11-26, commit cb77913, `p: 97`)") == [
         "6.3e-3", "1,686"]
+    assert literal_numbers("from 01:38 to 02:18:05 UTC") == []  # a time of day is not a measurement
     assert matches("6.3e-3", 0.00631) and matches("1,686", 1686.0) and not matches("1,687", 1686.0)
     assert matches("1,700", 1686.0) and not matches("1,680", 1686.0)  # a round figure, at its own precision
     assert formatted(0.00631, ".1e") == "6.3e-3" and formatted(12500.0, ".2e") == "1.25e4"  # as a note writes it

@@ -15,7 +15,7 @@ from analysis.pipeline import default_axes
 from ..search.config import parse_search
 from .data import read_run_table
 from .note_fields import HEADINGS, PageData, fill
-from .plan import Figure
+from .plan import Figure, plan_figure
 
 HEADING = HEADINGS[0]
 
@@ -37,7 +37,28 @@ def page_data(figure: Figure, out: Path, df: pd.DataFrame) -> PageData:
             and df["phase"].notna().any()):
         cells = figure_grid(figure, df).cells
     params = list(parse_search(figure.pieces[0].spec).space) if figure.pieces[0].search else None
-    return PageData(df, summary, cells, out, params)
+    return PageData(df, summary, cells, out, params, pages_of(out))
+
+
+def pages_of(out: Path):
+    """The other pages' data a note's fields read, each read once while this page is drawn."""
+    read: dict[str, PageData] = {}
+
+    def page(stem: str) -> PageData:
+        if stem not in read:
+            read[stem] = stored_page(out, stem)
+        return read[stem]
+    return page
+
+
+def stored_page(out: Path, stem: str) -> PageData:
+    """Another page's data, as its own note reads it, from its JSON and data file: a methods page's fields name
+    their methods' pages (`{{trials at lr min score in grokfast_norm-reduced}}`)."""
+    summary = json.loads((out / f"{stem}.json").read_text())
+    if "spec" not in summary:  # a methods page: its JSON alone
+        return PageData(pd.DataFrame(), summary, None, out, None, pages_of(out))
+    figure = plan_figure(summary["spec"], summary["scale"], tuple(summary.get("set", ())))
+    return page_data(figure, out, read_run_table(out / "data" / f"{stem}.csv", figure))
 
 
 def note_path(out: Path, stem: str, notes_dir: str | Path | None = None) -> Path:

@@ -21,6 +21,7 @@ Fields: `AGGREGATE [COLUMN] [FILTER ...] [where FILTER ...] [| FORMAT]`
   or grok, and `score`, the step by which a majority of the voting runs reached the threshold, none where they did
   not), after `where G...` keeps only the runs passing G; `trials AGGREGATE COLUMN F...` is one of the
   aggregates above over the trials instead of the runs (`trials max optim.lr score<=1000`)
+- any field but `json` followed by `in PAGE` reads that page's data instead (a methods page names its methods')
 - `json PATH [/ PATH]`: a value of the page's JSON, or the ratio of two (any field `A / B` is the ratio of two
   fields): a dotted path, a list's item by its
   index or by a value it holds (`methods.Muon.confirmed.median`), a key with a dot in brackets
@@ -37,6 +38,7 @@ import json
 import math
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +63,7 @@ NOT_NUMBERS = [re.compile(p) for p in (
     r"\]\([^)]*\)",                                # a link's target
     r"(?:\b(?:Figs?\.|Table|Eq\.|[Ss]ection|Appendix|issue|arXiv:?)|§)\s*[\w.]+(?:\s*(?:and|,|-)\s*[\w.]+)*",
     r"\b\d{4}-\d\d-\d\d\b",                        # a date
+    r"\b\d\d:\d\d(?::\d\d)?\b",                     # a time of day
     r"\b[0-9a-f]{7,40}\b",                          # a commit
     r"\btrials? \d+(?:(?:,| and) \d+)*",              # a trial's number: a name, not a count
 )]
@@ -82,6 +85,7 @@ class PageData:
     cells: pd.DataFrame | None = None
     folder: Path | None = None
     params: list[str] | None = None  # a search's parameters (default: the data file's columns before `seed`)
+    other: Callable[[str], PageData] | None = None  # another page's data by its name (`... in PAGE`)
 
     def page(self, stem: str) -> dict | None:
         path = self.folder / f"{stem}.json" if self.folder is not None else None
@@ -155,6 +159,10 @@ def evaluate(field: str, data: PageData):
     if re.fullmatch(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?", field):  # a constant, as in `mean steps_run / 30000`
         return float(field)
     words = field.split()
+    if len(words) > 2 and words[-2] == "in" and not words[0] == "json":  # the same field over another page's data
+        if data.other is None or data.folder is None or not (data.folder / f"{words[-1]}.json").exists():
+            raise FieldError(f"{{{{{field}}}}}: no page {words[-1]!r} in the atlas to read")
+        return evaluate(" ".join(words[:-2]), data.other(words[-1]))
     if not words or words[0] not in AGGREGATES:
         raise FieldError(f"{{{{{field}}}}}: a field starts with one of {', '.join(AGGREGATES)}")
     kind, rest = words[0], words[1:]

@@ -28,9 +28,8 @@ from ..search.confirm import (  # noqa: E402
     confirmed_best,
 )
 from ..tracking.store import Store  # noqa: E402
-from .discussion import note_path, note_text  # noqa: E402
+from .discussion import note_path, note_text, stored_page  # noqa: E402
 from .markdown import md_table, minutes  # noqa: E402
-from .note_fields import PageData  # noqa: E402
 from .scale_note import scale_line  # noqa: E402
 from .verdict import interval_text, steps_text, verdict_lines  # noqa: E402
 
@@ -257,8 +256,7 @@ def redraw_methods_page(name: str, figures: list, out_dir: str | Path) -> Path:
 
 def _notes(out: Path, stem: str) -> str:
     """The page's note, its fields filled from the page's JSON (and its methods' pages, by name)."""
-    summary = json.loads((out / f"{stem}.json").read_text())
-    return note_text(note_path(out, stem), PageData(pd.DataFrame(), summary, None, out)) or ""
+    return note_text(note_path(out, stem), stored_page(out, stem)) or ""
 
 
 def _value(trial: dict | None, objective: str) -> float | None:

@@ -107,6 +107,9 @@ def test_a_trial_and_a_row_are_read_by_their_extremes(monkeypatch):
     assert evaluate("at optim.decoder.weight_decay min step_val_acc_0.9 seed=1", data) == \
         first["optim.decoder.weight_decay"]
     assert evaluate("at seed max step_val_acc_0.9 seed=1", data) == 1
+    ratio = data.runs["optim.decoder.lr"] / data.runs["optim.embedding.lr"]
+    assert evaluate("runs optim.decoder.lr/optim.embedding.lr>10 seed=1", data) == int(((ratio > 10) & (
+        data.runs.seed == 1)).sum()) > 0  # a filter on the ratio of two columns
     methods = _page_data("grokfast-variant-methods-reduced")  # a methods page: no runs of its own
     assert evaluate("trials min score in degrok_toy-reduced", methods) == best.score
     with pytest.raises(FieldError, match="no page 'no_such-reduced'"):

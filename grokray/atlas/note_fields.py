@@ -27,7 +27,8 @@ Fields: `AGGREGATE [COLUMN] [FILTER ...] [where FILTER ...] [| FORMAT]`
   index or by a value it holds (`methods.Muon.confirmed.median`), a key with a dot in brackets
   (`fractions[0.822].p_rqi`), and a first part that names another page of the
   atlas (`grokfast-methods-reduced.methods...`) reads that page's JSON
-A filter is `COLUMN OP VALUE` with OP one of `= != <= >= < >`; a value is a number, a word, `none` (no value) or
+A filter is `COLUMN OP VALUE` (COLUMN may be a ratio of two columns, `A/B`) with OP one of `= != <= >= < >`; a
+value is a number, a word, `none` (no value) or
 `any` (some value); `a,b,c` after `=` is any of them (after `!=`, none of them). FORMAT is Python's (`,.0f`,
 `.1%`); by default an integer gets thousands commas and a decimal three significant digits.
 """
@@ -105,11 +106,11 @@ def _mask(df: pd.DataFrame, filters: list[str], field: str) -> pd.Series:
     keep = pd.Series(True, index=df.index)
     for f in filters:
         m = FILTER.match(f)
-        if not m or m.group(1) not in df.columns:
+        if not m or _column(df, m.group(1)) is None:
             raise FieldError(f"{{{{{field}}}}}: {f!r} is not COLUMN OP VALUE over the columns "
-                             f"{', '.join(map(str, df.columns))}")
+                             f"{', '.join(map(str, df.columns))} (or a ratio of two, A/B)")
         column, op, raw = m.groups()
-        col = df[column]
+        col = _column(df, column)
         if raw in ("none", "any"):
             hit = col.isna() if raw == "none" else col.notna()
             keep &= hit if op == "=" else ~hit
@@ -121,6 +122,16 @@ def _mask(df: pd.DataFrame, filters: list[str], field: str) -> pd.Series:
             numeric = pd.to_numeric(col, errors="coerce") if isinstance(v, float) else col.astype(str)
             keep &= OPS[op](numeric, v).fillna(False).astype(bool)
     return keep
+
+
+def _column(df: pd.DataFrame, name: str) -> pd.Series | None:
+    """A column of the rows, or the ratio of two (`optim.decoder.lr/optim.embedding.lr`)."""
+    if name in df.columns:
+        return df[name]
+    top, _, bottom = name.partition("/")
+    if top in df.columns and bottom in df.columns:
+        return pd.to_numeric(df[top], errors="coerce") / pd.to_numeric(df[bottom], errors="coerce")
+    return None
 
 
 def _item(items: list, part: str):

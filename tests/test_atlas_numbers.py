@@ -119,7 +119,7 @@ def test_a_trial_and_a_row_are_read_by_their_extremes(monkeypatch):
 def test_numbers_are_read_as_printed():
     assert literal_numbers("lr 6.3e-3 at 1,686 steps (Fig. 6b, §4.1, 2026-11-26, commit cb77913, `p: 97`)") == [
         "6.3e-3", "1,686"]
-    assert literal_numbers("from 01:38 to 02:18:05 UTC") == []  # a time of day is not a measurement
+    assert literal_numbers("from 01:38 to 02:18:05 UTC, torch 2.11 against torch 2.13.0") == []  # times, versions
     assert matches("6.3e-3", 0.00631) and matches("1,686", 1686.0) and not matches("1,687", 1686.0)
     assert matches("1,700", 1686.0) and not matches("1,680", 1686.0)  # a round figure, at its own precision
     assert formatted(0.00631, ".1e") == "6.3e-3" and formatted(12500.0, ".2e") == "1.25e4"  # as a note writes it

@@ -65,6 +65,7 @@ NOT_NUMBERS = [re.compile(p) for p in (
     r"(?:\b(?:Figs?\.|Table|Eq\.|[Ss]ection|Appendix|issue|arXiv:?)|§)\s*[\w.]+(?:\s*(?:and|,|-)\s*[\w.]+)*",
     r"\b\d{4}-\d\d-\d\d\b",                        # a date
     r"\b\d\d:\d\d(?::\d\d)?\b",                     # a time of day
+    r"\b(?:torch|Python|Ray|MLflow|Optuna) \d+(?:\.\d+)+",  # a version
     r"\b[0-9a-f]{7,40}\b",                          # a commit
     r"\btrials? \d+(?:(?:,| and) \d+)*",              # a trial's number: a name, not a count
 )]

@@ -17,12 +17,9 @@ from grokray.atlas.note_fields import (
     evaluate,
     fill,
     formatted,
-    literal_numbers,
-    matches,
-    note_pools,
     trial_table,
-    untraced,
 )
+from grokray.atlas.note_numbers import literal_numbers, matches, note_pools, untraced
 
 ROOT = Path(__file__).resolve().parents[1]
 ATLAS = ROOT / "docs" / "atlas"

@@ -283,9 +283,9 @@ def test_the_private_attribute_check_catches_a_planted_violation(planted):
 PRIVATE_MODULES = {  # a library's private module, each where its public side has nothing to offer
     ("tests/test_security.py", "ray._private.authentication.authentication_utils"),  # is token auth on: no API
     ("tests/test_cluster.py", "ray.autoscaler._private.util"),  # cluster.yaml's schema check: only `ray up` else
-    ("benchmarks/gpu_bundle.py", "pip._vendor.packaging.requirements"),
+    ("benchmarks/gpu_bundle.py", "pip._vendor.packaging.requirements"),  # a bare interpreter's only `packaging`
     ("grokray/models/user_module.py", "torch._C._functorch"),  # vmap's levels, without its per-call Python
-    ("grokray/models/user_module.py", "torch._functorch.vmap"),  # a bare interpreter's only `packaging`
+    ("grokray/models/user_module.py", "torch._functorch.vmap"),  # the batching rules vmap loads on first use
 }
 
 

@@ -79,6 +79,7 @@ def test_a_number_typed_wrong_is_caught_and_a_field_follows_its_data():
 @pytest.mark.parametrize("field, why", [
     ("count phase=grokking", "starts with one of"), ("runs colour=red", "not COLUMN OP VALUE"),
     ("median", "of which column"), ("at seed least phase", "at COLUMN min.max OTHER"),
+    ("at seed", "at COLUMN min.max OTHER"),
     ("trials max no_such_column", "of which column"), ("json no.such.key", "has no 'no.such.key'"),
     ("cells shown=grokking", "no phase diagram")])
 def test_a_field_the_page_cannot_fill_says_why(field, why):

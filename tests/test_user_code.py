@@ -517,7 +517,7 @@ def test_members_mapped_computes_what_torch_func_vmap_does_bit_for_bit(factory, 
         params = {n: (torch.stack([p.detach()] * 3) + torch.arange(3.0).view(3, *[1] * p.dim()) * 0.01
                       ).requires_grad_() for n, p in module.named_parameters()}
         torch.manual_seed(1)
-        with sdpa_kernel([SDPBackend.MATH]):  # as the pack runs attention (Functional._batched_run)
+        with sdpa_kernel([SDPBackend.MATH]):  # as the pack runs attention (Functional._on_math_attention)
             out = mapped(params, {}, xs)
         out.square().sum().backward()
         results.append((out.detach(), {n: p.grad for n, p in params.items()}))

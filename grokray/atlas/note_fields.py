@@ -184,8 +184,8 @@ def evaluate(field: str, data: PageData):
 
 def _of_column(kind: str, words: list[str], df: pd.DataFrame, field: str):
     """`median|min|max|mean|distinct COLUMN F...` or `at COLUMN min|max OTHER F...` over the rows of `df`."""
-    named = [words[0], words[2]] if kind == "at" and len(words) > 2 else words[:1]
-    if not named or any(c not in df.columns for c in named) or kind == "at" and words[1] not in ("min", "max"):
+    named = [words[0], words[2]] if kind == "at" and len(words) > 2 and words[1] in ("min", "max") else words[:1]
+    if not named or any(c not in df.columns for c in named) or kind == "at" and len(named) < 2:
         shape = " (at COLUMN min|max OTHER)" if kind == "at" else ""
         raise FieldError(f"{{{{{field}}}}}: {kind} of which column{shape}? ({', '.join(map(str, df.columns))})")
     filters = words[3:] if kind == "at" else words[1:]

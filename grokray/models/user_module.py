@@ -175,7 +175,7 @@ class Functional:
     def __call__(self, params: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():
             return self.batched(params, buffers, x)
-        return self._batched_run(members_mapped, self.member_forward, len(x), params, buffers, x)
+        return self._on_math_attention(self.member_forward, len(x), params, buffers, x)
 
     def scored(self, head, chunk: int, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor):
         """Each member's per-row loss and correctness, [K, B] each, with the loss inside the vmapped function and
@@ -194,10 +194,11 @@ class Functional:
     def _scored_run(self, head, params, buffers, x, y):
         if torch.compiler.is_compiling():
             return self.scored_batched(head, params, buffers, x, y)
-        return self._batched_run(members_mapped, lambda *a: self._call_scored(head, *a), len(x), params, buffers, x, y)
+        return self._on_math_attention(lambda *a: self._call_scored(head, *a), len(x), params, buffers, x, y)
 
     @staticmethod
-    def _batched_run(batched, *args):
+    def _on_math_attention(call, k: int, *args):
+        """`call` mapped over k members (members_mapped), with attention on its math path while it runs."""
         # torch's fused attention kernels (flash, memory-efficient; F.scaled_dot_product_attention, and
         # nn.MultiheadAttention with need_weights=False) have no batching rule, so vmap ran them member by member;
         # the math backend is matmuls and a softmax, which vmap batches (issue 70: 1.00x a plain loop against 0.67x).
@@ -206,7 +207,7 @@ class Functional:
         for _, enable in FUSED_ATTENTION:
             enable(False)
         try:
-            return batched(*args)
+            return members_mapped(call, k, *args)
         finally:
             for (_, enable), was in zip(FUSED_ATTENTION, saved, strict=True):
                 enable(was)

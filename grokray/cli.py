@@ -1,4 +1,5 @@
-"""`grokray` command line. Parses arguments and calls library functions; no logic of its own."""
+"""`grokray` command line: each command parses its arguments, loads only what it runs, calls the library and maps
+the library's typed errors to one line and an exit status (cli_parser.py declares the arguments)."""
 
 from __future__ import annotations
 

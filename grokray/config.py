@@ -30,6 +30,15 @@ MAX_CPUS = 1024  # CPUs one pack asks for
 MAX_WAIT_S = 7 * 86400  # --report-every, --delivery-wait: a week
 
 
+def optim_declarations():
+    """The optimizer kinds and gradient transforms (optim/kinds, optim/transforms), loaded when an optimizer's
+    configuration is first built: they import torch, and `import grokray.config` (a tracker's, the analysis') does
+    not."""
+    from .optim import kinds, transforms
+
+    return kinds, transforms
+
+
 def bounded(default, *, ge=None, gt=None, le=None, lt=None, doc: str = ""):
     """A dataclass field whose numeric bounds are checked at parse time."""
     meta = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt, doc=doc).items() if v is not None}
@@ -191,6 +200,7 @@ def to_dict(obj) -> dict:
     """Plain-dict form of a parsed config (tuples become lists so it round-trips through YAML/JSON)."""
     if dataclasses.is_dataclass(obj):
         out = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        out |= to_dict(getattr(obj, "methods", None) or {}) if isinstance(obj, OptimConfig) else {}
         name = getattr(type(obj), "registry_name", None)
         return {"name": name, **out} if name else out
     if isinstance(obj, dict):
@@ -202,15 +212,19 @@ def to_dict(obj) -> dict:
 
 @dataclass
 class OptimConfig:
-    """One parameter group's optimizer. Liu and Omnigrok tune embedding and decoder separately."""
+    """One parameter group's optimizer. Liu and Omnigrok tune embedding and decoder separately.
 
-    # The fields that may differ between the members of one pack: each member gets its own value (the pack's
-    # signature leaves them out; the optimizer holds them as [K, 1] columns, init_scale acts at init).
+    Its fields are the optimizer's own; the de-grokking methods' fields (Grokfast's grad_filter, filter_alpha, ...,
+    ⊥Grad's orthogonal) are declared by the methods themselves (optim/transforms/), parsed beside these by
+    `parse_optim`, held in `methods` and read as attributes (cfg.filter_alpha)."""
+
+    # The optimizer's fields that may differ between the members of one pack: each member gets its own value (the
+    # pack's signature leaves them out; the optimizer holds them as [K, 1] columns, init_scale acts at init).
+    # per_member_fields() adds the transforms' own.
     PER_MEMBER: ClassVar[tuple[str, ...]] = ("lr", "weight_decay", "betas", "eps", "momentum", "warmup_steps",
-                                             "temperature", "init_scale", "filter_alpha", "filter_lambda",
-                                             "orthogonal")
+                                             "temperature", "init_scale")
 
-    name: Literal["adamw", "adam", "sgd", "normalized_gd", "langevin", "muon"] = "adamw"
+    name: str = "adamw"  # a registered optimizer kind (optim/kinds/)
     lr: float = bounded(1e-3, ge=0.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -223,37 +237,84 @@ class OptimConfig:
     warmup_from_zero: bool = False
     temperature: float = bounded(0.0, ge=0.0, doc="Langevin noise temperature T")
     init_scale: float = bounded(1.0, gt=0.0, doc="multiplies this group's initial weights")
-    # De-grokking methods (optim/degrok.py). Grokfast: amplify the gradient's slow part, g + lambda * g_slow.
-    grad_filter: Literal["none", "ema", "ma"] = "none"
-    filter_alpha: float = bounded(0.98, ge=0.0, lt=1.0, doc="ema: g_slow <- alpha g_slow + (1 - alpha) g")
-    filter_lambda: float = bounded(2.0, ge=0.0, doc="ema/ma: g <- g + lambda g_slow")
-    filter_window: int = bounded(100, ge=1, le=10_000, doc="ma: g_slow is the mean of the last `window` gradients")
-    orthogonal: bool = False  # ⊥Grad: each tensor's gradient without its component along the weights
     # muon: which of the group's matrices take Muon's step, the rest AdamW's. hidden (common practice): all but
     # the model's input embeddings and output head; all: every matrix
     muon_on: Literal["hidden", "all"] = "hidden"
+    # each gradient transform's fields, by name (their defaults where the spec gives none)
+    methods: dict = field(default_factory=dict, init=False)
+
+    def __post_init__(self):
+        self.methods = {name: s.default for name, s in optim_declarations()[1].declared_settings().items()}
+
+    def __getattr__(self, name):
+        methods = self.__dict__.get("methods")  # absent while unpickling: then no field is a method's
+        if methods is not None and name in methods:
+            return methods[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @classmethod
+    def per_member_fields(cls) -> tuple[str, ...]:
+        """Every field a pack's members may hold apart: the optimizer's own, then the transforms' per-member ones."""
+        settings = optim_declarations()[1].declared_settings()
+        return (*cls.PER_MEMBER, *(n for n, s in settings.items() if s.per_member))
 
     def validate(self, path):
+        names = list(optim_declarations()[0].KINDS)
+        if self.name not in names:
+            raise SpecError(f"{path}.name", f"got {self.name!r}; {did_you_mean(self.name, names)}allowed: "
+                            f"{', '.join(names)}")
         for i, b in enumerate(self.betas):
             if not 0.0 <= b < 1.0:
                 raise SpecError(f"{path}.betas[{i}]", f"got {b!r}; must be >= 0 and < 1")
 
-    def check_idle(self, given, block, group: str, kinds_reading: dict[str, list[str]]) -> None:
+    def check_idle(self, given, block, group: str) -> None:
         """A SpecError for a field the spec sets (`given`: the keys it wrote for optim.<group>, from the group's
         `block` or from optim.default) that this configuration never reads (a method's knob without the method):
-        it would train the same curve as without it. `kinds_reading`: each optimizer kind's own fields -> the
-        kinds that read it (optim.kinds.fields_read_by_kind)."""
-        readers = {key: (self.name in kinds, "name: " + " or ".join(kinds)) for key, kinds in kinds_reading.items()}
-        readers |= {"filter_lambda": (self.grad_filter != "none", "grad_filter: ema or ma"),
-                    "filter_alpha": (self.grad_filter == "ema", "grad_filter: ema"),
-                    "filter_window": (self.grad_filter == "ma", "grad_filter: ma"),
-                    "warmup_from_zero": (self.warmup_steps > 0, "warmup_steps > 0")}
-        for key, (read, needs) in readers.items():
+        it would train the same curve as without it. Each kind and each transform declares what it reads."""
+        kinds, transforms = optim_declarations()
+        readers = {key: (self.name in names, "name: " + " or ".join(names), f"optimizer {self.name!r}")
+                   for key, names in kinds.fields_read_by_kind().items()}
+        for key in transforms.declared_settings():
+            by = [t for t in transforms.readers(key) if t.switch.name != key]
+            if by:
+                switch = by[0].switch.name
+                readers[key] = (any(t.asked(self) for t in by), f"{switch}: " + " or ".join(str(t.on) for t in by),
+                                f"{switch} {getattr(self, switch)!r}")
+        readers["warmup_from_zero"] = (self.warmup_steps > 0, "warmup_steps > 0", f"optimizer {self.name!r}")
+        for key, (read, needs, context) in readers.items():
             if key in given and not read:
-                context = f"grad_filter {self.grad_filter!r}" if key.startswith("filter_") else \
-                    f"optimizer {self.name!r}"
                 raise SpecError(f"optim.{group if key in block else 'default'}.{key}", f"set with {context}, where "
                                 f"it does nothing; it needs {needs}")
+
+
+def parse_optim(data, path: str) -> OptimConfig:
+    """An OptimConfig from a block: the optimizer's fields by parse_dataclass, each transform's by its declared
+    Setting (type, bounds, a str switch's allowed values), every bad key of the block reported at once."""
+    if data is None:
+        data = {}
+    own, _ = fields_and_hints(OptimConfig)
+    settings = optim_declarations()[1].declared_settings()
+    if not isinstance(data, dict):
+        raise SpecError(path, f"expected a mapping with keys {', '.join([*own, *settings])}, got {data!r}")
+    mistakes = Mistakes()
+    methods = {}
+    for key, value in data.items():
+        with mistakes.check():
+            if key not in own and key not in settings:
+                raise unknown_key_error(path, key, [*own, *settings])
+            if key in settings:
+                methods[key] = _setting_value(settings[key], value, f"{path}.{key}")
+    with mistakes.check():
+        cfg = parse_dataclass(OptimConfig, {k: v for k, v in data.items() if k in own}, path)
+    mistakes.raise_any()
+    cfg.methods.update(methods)
+    return cfg
+
+
+def _setting_value(setting, value, path: str):
+    if setting.type is str:
+        return coerce(Literal[optim_declarations()[1].switch_values(setting.name)], value, path)
+    return coerce(setting.type, value, path, setting.bounds)
 
 
 @dataclass

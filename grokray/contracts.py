@@ -1,6 +1,7 @@
-"""The two contracts the rest of grokray relies on, as Protocols: what a model family declares, and what a trainer
-does. The engine, the sweep layer and the sizing probe call these and nothing else, so a new family or trainer
-is checked against one list (tests/test_model_contract.py runs every registered family through it).
+"""The contracts the rest of grokray relies on, as Protocols: what a model family declares, what a trainer does,
+and what a tracker (a store of runs) does. The engine, the sweep layer and the sizing probe call these and nothing
+else, so a new family, trainer or tracker is checked against one list (tests/test_model_contract.py runs every
+registered family through it; tests/test_tracker_contract.py every tracker).
 """
 
 from __future__ import annotations

@@ -9,11 +9,20 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .config import OptimConfig, PhaseConfig, TrainConfig, coerce, parse_dataclass, to_dict, unknown_key_error
+from .config import (
+    OptimConfig,
+    PhaseConfig,
+    TrainConfig,
+    coerce,
+    parse_dataclass,
+    parse_optim,
+    to_dict,
+    unknown_key_error,
+)
 from .contracts import family_groups
 from .errors import Mistakes, SpecError
 from .models import MODELS
-from .optim.kinds import fields_read_by_kind
+from .optim.transforms import TRANSFORMS, asked_transforms
 from .spec_keys import SEED_RANGE, TRIAL_KEYS
 from .tasks import TASKS
 
@@ -41,7 +50,7 @@ class TrialConfig:
                                    {k: v for k, v in data.items() if k != "name"}, path)
 
         return cls(task=block(TASKS, raw["task"], "task"), model=block(MODELS, raw["model"], "model"),
-                   optim={g: parse_dataclass(OptimConfig, o, f"optim.{g}") for g, o in raw["optim"].items()},
+                   optim={g: parse_optim(o, f"optim.{g}") for g, o in raw["optim"].items()},
                    train=parse_dataclass(TrainConfig, raw["train"], "train"),
                    phases=parse_dataclass(PhaseConfig, raw["phases"], "phases"), seed=int(raw["seed"]))
 
@@ -128,9 +137,10 @@ def check_degrok(entry, model, task, train: TrainConfig, optim: dict[str, OptimC
         if train.weight_norm != "free":
             raise SpecError("train.weight_norm", f"model {name!r} has no weights to hold; allowed: free")
         for group, cfg in optim.items():
-            if cfg.grad_filter != "none" or cfg.orthogonal:
-                raise SpecError(f"optim.{group}", f"model {name!r} is not trained by gradients; grad_filter and "
-                                "orthogonal do not apply")
+            if asked_transforms([cfg]):
+                switches = " and ".join(dict.fromkeys(t.switch.name for t in TRANSFORMS.values()))
+                raise SpecError(f"optim.{group}", f"model {name!r} is not trained by gradients; {switches} do not "
+                                "apply")
 
 
 def check_seed_stream(entry, task, train: TrainConfig) -> None:
@@ -157,7 +167,7 @@ def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimCo
                 raise unknown_key_error("optim", key, ("default", *groups))
     shared = optim_raw.get("default") or {}
     with mistakes.check():
-        parse_dataclass(OptimConfig, shared, "optim.default")  # so a mistake there is reported there (once)
+        parse_optim(shared, "optim.default")  # so a mistake there is reported there (once)
     if mistakes:
         shared = {}
     optim = {}
@@ -167,7 +177,7 @@ def _parse_optim(optim_raw, groups: tuple[str, ...] | None) -> dict[str, OptimCo
             if not isinstance(block, dict):
                 raise SpecError(f"optim.{g}", f"expected a mapping of optimizer settings, got {block!r}")
             merged = {**(shared if isinstance(shared, dict) else {}), **block}
-            optim[g] = parse_dataclass(OptimConfig, merged, f"optim.{g}")
-            optim[g].check_idle(merged, block, g, fields_read_by_kind())
+            optim[g] = parse_optim(merged, f"optim.{g}")
+            optim[g].check_idle(merged, block, g)
     mistakes.raise_any()
     return optim

@@ -19,7 +19,10 @@ RANKS = {
     "grokray.spec_keys": 0, "grokray.user_code": 0.5, "grokray.config": 1,
     "grokray.spec_rules": 0.5,
     "grokray.registry": 1, "grokray.capture": 1, "grokray.spec_file": 1, "grokray.overrides": 2,
-    "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3, "grokray.models": 4, "grokray.trial": 4.5,
+    "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3,
+    # what an optimizer kind and a gradient transform declare, read by config.py (the group optimizer reads config)
+    "grokray.optim.primitives": 0.6, "grokray.optim.kinds": 0.75, "grokray.optim.transforms": 0.75,
+    "grokray.models": 4, "grokray.trial": 4.5,
     "grokray.spec": 5,
     "grokray.engine": 6,
     "grokray.tracking": 3,  # the ground floor of the driver side: only errors, config and the phase rules below it
@@ -27,7 +30,7 @@ RANKS = {
     # the search's driver floor, in its own package but above the launch layer it drives
     "grokray.search.launch": 9.5,
     "grokray.terminal": 10, "grokray.ui": 10, "grokray.supervisor": 10, "grokray.cli_parser": 11, "grokray.cli": 12,
-    "grokray": 12, "grokray.api": 12,
+    "grokray": 12, "grokray.api": 11.9,  # the package's facade loads its Python API
     "grokray.__main__": 13,
 }
 CORE = ("grokray.errors", "grokray.contracts", "grokray.numbers",
@@ -46,6 +49,8 @@ LAZY_ALLOWED = {
     "grokray.tracking.history": "the tracker (MLflow, through tracking.trackers) loads only when a store is there "
                                 "to measure: a dry-run of a new spec pays none of its seconds of imports",
     "grokray.tracking.trackers": "a URI loads its own backend only: memory:// never imports MLflow",
+    "grokray.config": "the optimizer kinds and gradient transforms (torch) load when an optimizer's configuration "
+                      "is first built: `import grokray.config` (a tracker's, the analysis') loads no torch",
     "grokray": "`import grokray` (every submodule's import, a Tune worker's too) loads none of the Python API",
     "grokray.api": "`train_pack` and `load` load no Ray, Tune or MLflow; `sweep` loads them when it launches",
 }
@@ -71,6 +76,12 @@ def imports(path: Path):
             base = package[: len(package) - node.level + 1] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
             names = [a.name for a in node.names]
+            modules = [n for n in names if is_module(f"{target}.{n}")]  # `from .. import primitives`: that module
+            for name in modules:
+                yield f"{target}.{name}", [], id(node) not in top
+            names = [n for n in names if n not in modules]
+            if modules and not names:
+                continue
         elif isinstance(node, ast.Import):
             target, names = None, []
             for alias in node.names:
@@ -79,6 +90,11 @@ def imports(path: Path):
         else:
             continue
         yield target, names, id(node) not in top
+
+
+def is_module(dotted: str) -> bool:
+    path = ROOT / dotted.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
 def internal(target: str) -> bool:

@@ -8,7 +8,7 @@ from test_model_contract import example
 from grokray.engine import PackTrainer, load_checkpoint, save_checkpoint
 from grokray.engine.batches import EpochBatches
 from grokray.errors import SpecError
-from grokray.optim import MemberRandom
+from grokray.optim.group import MemberRandom
 
 
 def test_an_epoch_visits_every_training_row_once_and_the_last_batch_is_smaller():

@@ -8,11 +8,20 @@ import pytest
 import torch
 from test_pack import BASE, TRANSFORMER, alone, assert_same, configs
 
+from grokray.config import parse_optim
 from grokray.engine import PackTrainer, pack_signature
 from grokray.errors import SpecError
 from grokray.models.heads import ClassificationHead, log_stablemax
-from grokray.optim.degrok import GradFilter, hold_weight_norm_, orthogonalize_
+from grokray.optim.degrok import hold_weight_norm_
+from grokray.optim.transforms import TRANSFORMS
+from grokray.optim.transforms.orthogonal import orthogonalize_
 from grokray.spec import build_spec
+
+
+def transform(name: str, grad, **fields):
+    """Transform `name` of optim/transforms/ built over `grad` for a configuration with `fields`."""
+    return TRANSFORMS[name].build(grad, [parse_optim(fields, "optim.test")], None)
+
 
 GRADS = [torch.tensor([[1.0, -2.0], [0.5, 4.0]]), torch.tensor([[3.0, 0.0], [-1.0, 2.0]]),
          torch.tensor([[-1.0, 1.0], [2.0, 2.0]]), torch.tensor([[0.0, 5.0], [1.0, -3.0]])]
@@ -20,23 +29,23 @@ GRADS = [torch.tensor([[1.0, -2.0], [0.5, 4.0]]), torch.tensor([[3.0, 0.0], [-1.
 
 def test_grokfast_ema_is_g_plus_lambda_times_the_running_average():
     alpha, lam = torch.tensor([[0.9], [0.5]]), torch.tensor([[2.0], [0.0]])
-    f = GradFilter("ema", GRADS[0], window=1)
+    f = transform("grokfast_ema", GRADS[0], grad_filter="ema")
     slow = None
     for g in GRADS:
         slow = g.clone() if slow is None else alpha * slow + (1 - alpha) * g  # started at the first gradient
         expected = g + lam * slow
         out = g.clone()
-        f.apply_(out, alpha, lam)
+        f.apply_(None, out, {"filter_alpha": alpha, "filter_lambda": lam})
         assert torch.allclose(out, expected)
     assert torch.equal(out[1], GRADS[-1][1])  # lambda 0: the gradient untouched
 
 
 def test_grokfast_ma_adds_lambda_times_the_window_mean_once_the_window_is_full():
     lam = torch.tensor([[5.0], [1.0]])
-    f = GradFilter("ma", GRADS[0], window=3)
+    f = transform("grokfast_ma", GRADS[0], grad_filter="ma", filter_window=3)
     for i, g in enumerate(GRADS):
         out = g.clone()
-        f.apply_(out, torch.zeros(2, 1), lam)
+        f.apply_(None, out, {"filter_lambda": lam})
         if i < 2:
             assert torch.equal(out, g)  # the authors' warm-up: nothing until `window` gradients are in
         else:
@@ -47,10 +56,10 @@ def test_grokfast_ma_adds_lambda_times_the_window_mean_once_the_window_is_full()
 def test_grokfast_ma_stays_exact_over_many_windows():
     torch.manual_seed(0)
     grads = [torch.randn(2, 5, dtype=torch.float64) for _ in range(40)]
-    f = GradFilter("ma", grads[0], window=4)
+    f = transform("grokfast_ma", grads[0], grad_filter="ma", filter_window=4)
     for g in grads:
         out = g.clone()
-        f.apply_(out, torch.zeros(2, 1, dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64))
+        f.apply_(None, out, {"filter_lambda": torch.ones(2, 1, dtype=torch.float64)})
     assert torch.allclose(out, grads[-1] + torch.stack(grads[-4:]).mean(0), atol=1e-12)
 
 
@@ -117,7 +126,7 @@ def test_muon_steps_as_torchs_muon_does_on_a_matrix():
     """One matrix, two steps, against torch.optim.Muon (Nesterov, AdamW-matched RMS). Torch orthogonalises in
     bfloat16, so the two agree to its rounding, not to float32's."""
     from grokray.config import OptimConfig
-    from grokray.optim import GroupOptimizer
+    from grokray.optim.group import GroupOptimizer
 
     torch.manual_seed(0)
     w0, grads = torch.randn(8, 5), [torch.randn(8, 5), torch.randn(8, 5)]

@@ -10,7 +10,7 @@ import torch
 
 from grokray.config import OptimConfig
 from grokray.engine import make_trainer
-from grokray.optim import GroupOptimizer
+from grokray.optim.group import GroupOptimizer
 from grokray.spec import build_spec
 from grokray.tasks.teacher import hermite3
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grokray.config import OptimConfig
-from grokray.optim import GroupOptimizer
+from grokray.optim.group import GroupOptimizer
 
 CONFIGS = [
     dict(lr=1e-2, weight_decay=0.0),
@@ -86,16 +86,19 @@ def test_the_private_torch_kernels_grokray_adapts_are_there():
 
 def test_every_optimizer_name_a_spec_may_give_is_a_registered_kind_and_sizing_asks_it_its_state():
     """optim/kinds: a kind declares its per-parameter state, and memory sizing counts what it declares (issue 54:
-    member_bytes assumed Adam's two moments)."""
-    import typing
-
+    member_bytes assumed Adam's two moments). The kinds are the one list a spec's optim.<group>.name is checked
+    against (issue 72: it was also a Literal kept in sync by this test)."""
+    from grokray.config import parse_optim
+    from grokray.errors import SpecError
     from grokray.optim.kinds import KINDS
 
-    names = typing.get_args(typing.get_type_hints(OptimConfig)["name"])
-    assert set(names) == set(KINDS)
     expected = {"adamw": 2, "adam": 2, "sgd": 1, "normalized_gd": 0, "langevin": 0, "muon": 3}
-    for name in names:
+    assert set(expected) == set(KINDS)
+    for name in KINDS:
         p = torch.zeros(2, 6, dtype=torch.float64)
         opt = GroupOptimizer(p, torch.zeros_like(p), [OptimConfig(name=name)] * 2, [0, 1], salt=1)
         state = {k: v for k, v in opt.state_dict().items() if k != "noise"}  # langevin's draws are no tensor state
         assert opt.tensors_per_parameter() == len(state) == expected[name], name
+    with pytest.raises(SpecError) as err:
+        parse_optim({"name": "adamx"}, "optim.decoder")
+    assert err.value.field == "optim.decoder.name" and f"allowed: {', '.join(KINDS)}" in str(err.value)

@@ -17,8 +17,8 @@ import torch
 from ..capture import Captured, capture_mode, step_boundary
 from ..contracts import family_groups
 from ..models import MODELS
-from ..optim import MemberRandom
 from ..optim.degrok import hold_weight_norm_
+from ..optim.group import MemberRandom
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
 from .batches import BATCHES

@@ -10,7 +10,7 @@ import math
 import torch
 
 from ..contracts import family_groups, measured_every_step
-from ..optim import GroupOptimizer
+from ..optim.group import GroupOptimizer
 from .schedule import auto_eval_every
 
 

@@ -59,7 +59,7 @@ def pack_signature(cfg) -> str:
     for f in family.per_member_fields:
         d["model"].pop(f, None)
     for group in d["optim"].values():
-        for f in OptimConfig.PER_MEMBER:
+        for f in OptimConfig.per_member_fields():
             group.pop(f)
     d["train"].pop("steps")
     d["train"].pop("weight_norm")  # per member: a target norm, or NaN for none

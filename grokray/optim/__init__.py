@@ -1,5 +1,3 @@
-"""Stacked optimizers (one per parameter group) assembled from `primitives`."""
-
-from .group import GroupOptimizer, MemberRandom
-
-__all__ = ["GroupOptimizer", "MemberRandom"]
+"""Stacked optimizers, one per parameter group of a pack (group.py), assembled from the optimizer kinds (kinds/)
+and the gradient transforms (transforms/) they apply, and their pieces (primitives.py). The kinds and transforms
+are declarations config.py reads (they sit below it); group.py reads config."""

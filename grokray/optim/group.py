@@ -7,8 +7,8 @@ import torch
 from ..capture import Captured
 from ..config import OptimConfig
 from . import primitives as P
-from .degrok import GradFilter, orthogonalize_
 from .kinds import KINDS
+from .transforms import asked_transforms
 
 
 class MemberRandom:
@@ -47,9 +47,6 @@ class GroupOptimizer:
     noise, which is multiplied by the padding mask.
     """
 
-    # The per-member fields held as [K, 1] columns: betas become two (beta1, beta2) and init_scale acts at init.
-    HYPER = tuple(f for f in OptimConfig.PER_MEMBER if f not in ("betas", "init_scale"))
-
     def __init__(self, param: torch.Tensor, grad: torch.Tensor, configs: list[OptimConfig], seeds: list[int],
                  salt: int, pad_mask: torch.Tensor | None = None, compile: bool = False,
                  segments: list[tuple[int, int, tuple]] | None = None,
@@ -63,22 +60,23 @@ class GroupOptimizer:
         def column(values):
             return torch.tensor(values, dtype=param.dtype, device=param.device).view(-1, 1)
 
-        self.h = {name: column([getattr(c, name) for c in configs]) for name in self.HYPER}
+        # the per-member fields as [K, 1] columns: betas become two (beta1, beta2), init_scale acts at init
+        hyper = [f for f in OptimConfig.per_member_fields() if f not in ("betas", "init_scale")]
+        self.h = {name: column([getattr(c, name) for c in configs]) for name in hyper}
         self.h["beta1"] = column([c.betas[0] for c in configs])
         self.h["beta2"] = column([c.betas[1] for c in configs])
         self.has_warmup = any(c.warmup_steps > 0 for c in configs)
         self.warmup_from_zero = configs[0].warmup_from_zero  # not per member: the pack's signature holds it
-        # De-grokking transforms of the gradient, before the update (optim/degrok.py): ⊥Grad per parameter tensor
-        # (`segments` of the flat group; the whole group as one when not given), then Grokfast's filter.
+        # `segments`: each parameter tensor's slice of the flat group (the whole group as one when not given)
         self.segments = segments or [(0, param.shape[1], (param.shape[1],))]
         # A matrix step (Muon) takes the group's matrices (each member's tensor of 2 dimensions); of them,
         # `muon_segments` when given (optim.<group>.muon_on: hidden leaves embeddings and the head to AdamW).
         self.matrix_segments = [(a, b, shape) for a, b, shape in
                                 (self.segments if muon_segments is None else muon_segments)
                                 if self.kind.matrices and len(shape) == 2 and min(shape) > 1]
-        self.orthogonal = any(c.orthogonal for c in configs)
-        kind = configs[0].grad_filter
-        self.filter = None if kind == "none" else GradFilter(kind, grad, configs[0].filter_window)
+        # the de-grokking transforms some member asks for (optim/transforms/), each rewriting the gradient in turn
+        self.transforms = [(t, t.build(grad, configs, self.segments)) for t in asked_transforms(configs)]
+        self.history = sum(t.tensors_per_parameter(configs[0]) for t, _ in self.transforms)
         self.scratch = torch.empty_like(param)
         self.state = {name: torch.zeros_like(param) for name in self.kind.state}
         self.noise = MemberRandom(seeds, param.device, salt) if self.kind.noise else None
@@ -127,10 +125,8 @@ class GroupOptimizer:
     @torch.no_grad()
     def step(self, step: int, active: torch.Tensor):
         """Apply update number `step` (0-based); `active` [K, 1] bool says which members may move."""
-        if self.orthogonal:
-            orthogonalize_(self.param, self.grad, self.segments, self.h["orthogonal"])
-        if self.filter is not None:
-            self.filter.apply_(self.grad, self.h["filter_alpha"], self.h["filter_lambda"])
+        for _, transform in self.transforms:
+            transform.apply_(self.param, self.grad, self.h)
         if self.fused == "rows":
             return self._step_rows(step, active)
         h = self.h
@@ -173,9 +169,8 @@ class GroupOptimizer:
         self.param.addcmul_(s, lr)
 
     def tensors_per_parameter(self) -> int:
-        """Parameter-sized tensors this optimizer keeps per member across steps: its state, a filter's history."""
-        history = 0 if self.filter is None else 1 + (self.filter.window if self.filter.kind == "ma" else 0)
-        return len(self.kind.state) + history
+        """Parameter-sized tensors this optimizer keeps per member across steps: its state, its transforms'."""
+        return len(self.kind.state) + self.history
 
     def select_members(self, idx: torch.Tensor, param, grad, pad_mask):
         """Follow a pack that dropped members: keep rows `idx` of every per-member tensor."""
@@ -187,16 +182,17 @@ class GroupOptimizer:
         self._matrix_scales()
         if self.noise is not None:
             self.noise.select(idx.tolist())
-        if self.filter is not None:
-            self.filter.select(idx)
+        for _, transform in self.transforms:
+            transform.select(idx)
         self._read_rows()
 
     def state_dict(self) -> dict:
         out = {k: v.clone() for k, v in self.state.items()}
         if self.noise is not None:
             out["noise"] = self.noise.state_dict()
-        if self.filter is not None:
-            out["filter"] = self.filter.state_dict()
+        for t, transform in self.transforms:
+            if held := transform.state_dict():  # a stateless transform (⊥Grad) keeps nothing
+                out[t.key()] = held
         return out
 
     def load_state_dict(self, state: dict):
@@ -204,5 +200,6 @@ class GroupOptimizer:
             value.copy_(state[key])
         if self.noise is not None:
             self.noise.load_state_dict(state["noise"])
-        if self.filter is not None:
-            self.filter.load_state_dict(state["filter"])
+        for t, transform in self.transforms:
+            if t.key() in state or transform.state_dict():  # a stateless transform wrote nothing
+                transform.load_state_dict(state[t.key()])

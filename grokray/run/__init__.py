@@ -1,4 +1,5 @@
-"""The launch layer: the only package that imports `ray.tune` and calls `ray.init` / `Tuner(`.
+"""The launch layer: the only package that calls `ray.init` and builds a `Tuner(`; beside it only the search's
+driver floor (grokray.search.launch: its driver and its Searcher) imports `ray.tune`.
 
 launch (Launch: Ray, the parent run, rounds of Tune runs, the close), cluster (Ray up, GPU checks), context (the
 TrialContext every trial gets), trainable (train_pack), progress (the live line), and the drivers grid (`grokray

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .phases import ordered
+from .tracking.trackers import is_remote
 from .tracking.uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 EXAMPLES = """examples:
@@ -180,7 +181,7 @@ def launch_end(summary, spec_name: str, resume: str = "--resume") -> tuple[list[
 
 def ui_command(uri: str) -> str:
     """The command that shows a store: `grokray ui` (MLflow's UI on 127.0.0.1), or the server's own address."""
-    if uri.startswith("http"):
+    if is_remote(uri):
         return f"open {uri}"
     exe = grokray_command()
     return f"{exe} ui" if uri == resolve_tracking_uri(DEFAULT_TRACKING_URI) else f"{exe} ui --tracking-uri {uri}"

@@ -34,7 +34,7 @@ from ..tracking.parent import ParentRun
 from ..tracking.records import RunStatus
 from ..tracking.schema import CONFIGURATIONS_TAG
 from ..tracking.spool import pending_points
-from ..tracking.trackers import open_tracker
+from ..tracking.trackers import is_remote, open_tracker
 from ..tracking.uri import resolve_tracking_uri, server_answers
 from ..user_code import code_paths
 from .cluster import (
@@ -145,7 +145,8 @@ class Launch:
         os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
         # MLflow is imported and its store opened (a new SQLite file runs the schema migrations) while Ray starts,
         # whose seconds go mostly to waiting for its processes: ~3 s of a laptop sweep's start hidden.
-        ready = driver_imports_in_background(then=partial(ParentRun, self.uri, self.spec.name, self.storage))
+        ready = driver_imports_in_background(self.uri, then=partial(ParentRun, self.uri, self.spec.name,
+                                                                     self.storage))
         # the load of other jobs, measured before our own trials add to it (a cluster's load is not ours to see)
         busy = busy_machine_note() if starts_private_ray(self.options) else None
         self.started_ray = start_ray(self.options)
@@ -203,7 +204,7 @@ class Launch:
         """--resume's question asked before Ray starts or a file is written: nothing to continue, or a launch that
         finished, is said at once (it came after Ray's start and 63 files). A server that does not answer now is
         asked again by the launch, which waits out an outage."""
-        if not self.options.resume or self.resumable is None or (self.uri.startswith("http")
+        if not self.options.resume or self.resumable is None or (is_remote(self.uri)
                                                                  and not server_answers(self.uri)):
             return
         self._resumable_parent(find_parent(open_tracker(self.uri), self.spec.name, self.spec.hash(), self.kind))

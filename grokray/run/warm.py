@@ -10,32 +10,30 @@ launch.py), so a launch pays those imports once per slot, not once per pack."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..tracking.schema import STORE_MODULES
-
-DRIVER_MODULES = (*STORE_MODULES, "ray.tune.execution.tune_controller")
+from ..tracking.trackers import warm_store
 
 
-def _import_all(names) -> None:
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # a warm-up only: the real import reports any problem where it matters
-            pass
-
-
-def _warm_up(then: Callable | None):
-    _import_all(DRIVER_MODULES)
+def _warm_up(uri: str, then: Callable | None):
+    # a warm-up only: the real imports report any problem where it matters
+    try:
+        warm_store(uri)  # the store's own modules, asked of its backend (memory:// has none)
+    except ImportError:
+        pass
+    try:
+        import ray.tune.execution.tune_controller  # noqa: F401  (Tune's controller: the Tuner's import)
+    except ImportError:
+        pass
     return then() if then is not None else None
 
 
-def driver_imports_in_background(then: Callable | None = None) -> Future:
-    """Import the driver's heavy modules in a background thread, then call `then()` there (its result is the
-    future's). One thread for both: two threads importing MLflow's circular modules at once can deadlock."""
+def driver_imports_in_background(uri: str, then: Callable | None = None) -> Future:
+    """Import the driver's heavy modules (the store at `uri`'s, Tune's controller) in a background thread, then call
+    `then()` there (its result is the future's). One thread for both: two threads importing MLflow's circular
+    modules at once can deadlock."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="grokray-warm")
-    future = pool.submit(_warm_up, then)
+    future = pool.submit(_warm_up, uri, then)
     pool.shutdown(wait=False)
     return future

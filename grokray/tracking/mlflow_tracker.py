@@ -15,6 +15,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from .records import Point, RunNotFound, RunQuery, RunRecord, RunStatus
+from .trackers import is_remote
 
 MAX_METRICS = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
 MAX_PARAMS_TAGS = 100  # mlflow.utils.validation.MAX_PARAMS_TAGS_PER_BATCH
@@ -73,6 +74,17 @@ def quick_failing_http() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 
+def import_store_modules(uri: str) -> None:
+    """The store module MLflow opens for `uri`: its SQL store (sqlalchemy, alembic) for a database, its REST store
+    for a server, its file store for a folder."""
+    if is_remote(uri):
+        import mlflow.store.tracking.rest_store  # noqa: F401
+    elif uri.startswith("file:") or "://" not in uri:
+        import mlflow.store.tracking.file_store  # noqa: F401
+    else:
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+
 class MlflowTracker:
     """One MLflow tracking store (a tracking URI). `spooled`: a launch's writer, whose spool holds what the store
     does not take, so a server that is away answers in seconds. `prepare`: the launch's driver makes a local SQLite
@@ -82,7 +94,7 @@ class MlflowTracker:
         self.uri = uri
         if uri.startswith("sqlite:"):
             wait_for_sqlite_locks()
-        if spooled and uri.startswith("http"):
+        if spooled and is_remote(uri):
             quick_failing_http()
         if prepare:
             prepare_store(uri)  # before MLflow's first open of a new file, which makes its tables

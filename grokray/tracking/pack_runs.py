@@ -43,7 +43,7 @@ from .schema import (
     flatten,
 )
 from .spool import HANDED_OVER, SPOOL_DIRNAME, Batch, spool_files, undelivered
-from .trackers import open_tracker
+from .trackers import is_remote, open_tracker
 from .uri import server_answers
 
 OPEN_ATTEMPTS = 3  # a pack that finds the server away at open trains on; its runs are made when it is back
@@ -105,7 +105,7 @@ class PackTracker:
     def __init__(self, target: RunTarget, pack: dict):
         self.target = target
         self.pack = pack
-        server = target.tracking_uri.startswith("http")
+        server = is_remote(target.tracking_uri)
         self.workers = target.concurrency if server else 1
         self.tracker = open_tracker(target.tracking_uri, spooled=True)  # a server away: the courier spools
         self.runs: list[MemberRun] = []

@@ -52,7 +52,7 @@ from .schema import (
     phase_count_tags,
 )
 from .spool import LAUNCH_SPOOL_PREFIX, SPOOL_DIRNAME, Batch, Spool, pending_points
-from .trackers import open_tracker
+from .trackers import is_remote, open_tracker
 from .uri import server_answers
 
 
@@ -91,7 +91,7 @@ class ParentRun:
 
     def __init__(self, uri: str, experiment_name: str, storage: str):
         self.uri = uri
-        self.server = uri.startswith("http")
+        self.server = is_remote(uri)
         self.tracker = open_tracker(uri, spooled=True, prepare=True)
         self.experiment_name = experiment_name
         self.storage = storage

@@ -6,9 +6,6 @@ Pure: imports nothing.
 
 from __future__ import annotations
 
-# The tracker's slow imports, by name: a driver takes them in the background while Ray starts (run/warm.py).
-STORE_MODULES = ("mlflow.store.tracking.sqlalchemy_store",)
-
 # -- tags on every run ----------------------------------------------------------------------------------------
 PARENT_ID_TAG = "mlflow.parentRunId"  # MLflow's own nesting tag
 RUN_NAME_TAG = "mlflow.runName"  # MLflow's own: setting it renames the run

@@ -1,5 +1,9 @@
 """`open_tracker(uri)`: the one place a tracking URI becomes a Tracker (grokray.contracts.Tracker). MLflow serves every
-URI MLflow takes; `memory://` is the in-memory store of tracking/memory.py. A new backend adds its scheme here."""
+URI MLflow takes; `memory://` is the in-memory store of tracking/memory.py. A new backend adds its scheme here.
+
+What a launch asks of a store besides its runs is asked here too, of the URI's backend: whether it is a server
+across a network (`is_remote`: the writers' pool, a quick give-up when it is away) and its heavy modules, imported
+while Ray starts (`warm_store`)."""
 
 from __future__ import annotations
 
@@ -14,11 +18,31 @@ def quiet_store_notices() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
+def is_memory(uri: str) -> bool:
+    return uri.startswith("memory:")
+
+
+def is_remote(uri: str) -> bool:
+    """A store behind a server (answers over a network, may be away), not a file or database this process opens:
+    MLflow's tracking server. Asked without importing the backend (a dry-run's question)."""
+    return uri.startswith(("http://", "https://"))
+
+
+def warm_store(uri: str) -> None:
+    """Import the backend's heavy modules (MLflow's SQL store: seconds), so a launch's driver pays them while Ray
+    starts; memory:// has none."""
+    if is_memory(uri):
+        return
+    from .mlflow_tracker import import_store_modules
+
+    import_store_modules(uri)
+
+
 def open_tracker(uri: str, spooled: bool = False, prepare: bool = False) -> Tracker:
     """The store at `uri`. `spooled`: for a launch's writers, whose spool holds what the store does not take, so a
     server that is away is given up on in seconds. `prepare`: the launch's driver, once, before anything else opens
     the store (a new SQLite file made ready); the packs' workers do not repeat it."""
-    if uri.startswith("memory:"):
+    if is_memory(uri):
         from .memory import open_memory
 
         return open_memory(uri)

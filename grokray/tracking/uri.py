@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from .trackers import is_remote
+
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
@@ -76,7 +78,7 @@ def store_exists(uri: str) -> bool:
     path = local_store_path(uri)
     if path is not None:
         return path.exists()
-    if uri.startswith("http"):
+    if is_remote(uri):
         return server_answers(uri)
     return True
 

@@ -6,6 +6,7 @@ registered family through it; tests/test_tracker_contract.py every tracker).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 # The curves every trainer records, one point per evaluation: the names MLflow stores and analysis reads.
@@ -131,3 +132,20 @@ class Tracker(Protocol):
     def download(self, run_id: str, path: str, dst: Any) -> Any:
         """One artifact (a file, or a folder with what is under it) into the folder dst under its own name (a/b.png:
         dst/b.png); the local Path."""
+
+
+@dataclass(frozen=True)
+class DriverKind:
+    """What a driver (a way to launch a spec: grid, adaptive, search) declares, so that the launch layer, its close,
+    `grokray replay`, the dead-driver notice and the atlas ask the driver and never compare its name. Declared
+    once, beside the tags a launch writes (tracking/schema.DRIVERS); its launch function and its plan are the
+    driver's own module's (grokray/drivers.py maps them)."""
+
+    kind: str  # the parent run's grokray.kind
+    command: str  # the CLI command that launches and resumes it
+    spec_block: str = ""  # the spec's block that asks for it ("" for the default: a spec with neither)
+    one_run_of_packs: bool = False  # one Tune run holds every pack with its children: the close reads them by pack
+    # its configurations are a study's trials, drawn and scored: its close's figures are the study's own
+    # (figure_line), it may owe a confirmation stage, and an atlas page shows the study, not a grid
+    study: bool = False
+    figure_line: str = ""

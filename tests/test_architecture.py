@@ -29,6 +29,7 @@ RANKS = {
     "grokray.plan": 7, "grokray.search": 8, "analysis": 8, "grokray.run": 9, "grokray.atlas": 10,
     # the search's driver floor, in its own package but above the launch layer it drives
     "grokray.search.launch": 9.5,
+    "grokray.drivers": 9.7,  # each driver's implementation, by kind: above every driver, below the atlas
     "grokray.terminal": 10, "grokray.ui": 10, "grokray.supervisor": 10, "grokray.cli_parser": 11, "grokray.cli": 12,
     "grokray": 12, "grokray.api": 11.9,  # the package's facade loads its Python API
     "grokray.__main__": 13,
@@ -418,6 +419,21 @@ def optimizer_kind_branches(source: str) -> list[str]:
             and (found := set().union(*(names(x) for x in [n.left, *n.comparators])))]
 
 
+def driver_kind_branches(source: str) -> list[str]:
+    """A comparison of a launch's kind with a driver's name (`self.kind == "search"`, `tags.get(KIND_TAG) ==
+    "grid"`): what the driver declares in tracking/schema.DRIVERS instead. Only a side that reads a kind counts, so
+    the CLI's `args.command in ("run", "search")` is not one."""
+    from grokray.tracking.schema import KINDS
+
+    def names(node) -> set:
+        items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return {e.value for e in items if isinstance(e, ast.Constant) and e.value in KINDS}
+
+    return [f"{n.lineno}: {ast.unparse(n)}" for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Compare)
+            and any(names(x) for x in [n.left, *n.comparators])
+            and any("kind" in ast.unparse(x).lower() for x in [n.left, *n.comparators] if not names(x))]
+
+
 def transient_fallbacks(source: str) -> list[str]:
     """`except ...: if not is_transient(exc): raise`, written out: tracking.client.StoreAway says it once (it was
     written 16 times). A retry loop's own test of the error (client.retry, the delivery's backoff) is not this."""
@@ -453,6 +469,8 @@ def _outside(*folders: str) -> list[Path]:
     (cli_flags, 'raise ValueError(f"--x: {axis!r} is not a parameter")\n'),
     (optimizer_kind_branches, 'if self.kind == "muon":\n    pass\n'),
     (optimizer_kind_branches, 'moments = name in ("adam", "adamw")\n'),
+    (driver_kind_branches, 'runs = None if self.kind == "search" else closing_runs()\n'),
+    (driver_kind_branches, 'if tags.get(KIND_TAG, "grid") in ("grid", "adaptive"):\n    pass\n'),
     (status_words, 'done = run is not None and run.status == "FINISHED"\n'),
     (transient_fallbacks, 'try:\n    x = f()\nexcept Exception as exc:\n    if not is_transient(exc):\n        raise\n'
                           '    x = None\n'),
@@ -486,6 +504,15 @@ def test_optimizer_kinds_are_branched_on_only_in_their_registry():
     bad = {str(p.relative_to(ROOT)): found for p in _outside("grokray/optim/kinds/") if (found :=
            optimizer_kind_branches(p.read_text()))}
     assert not bad, bad
+
+
+def test_driver_kinds_are_branched_on_only_where_they_are_declared():
+    """No `if kind ==` on a driver's name outside tracking/schema.py (issue 72: the launch layer, its close, the
+    report, the dead-driver notice and the atlas branched on "search" and "grid" in seven places)."""
+    bad = {str(p.relative_to(ROOT)): found for p in SOURCES if p.relative_to(ROOT).as_posix() !=
+           "grokray/tracking/schema.py" and (found := driver_kind_branches(p.read_text()))}
+    assert not bad, bad
+    assert not driver_kind_branches('if args.command in ("run", "search"):\n    pass\n')
 
 
 def test_the_store_away_rule_is_written_once():

@@ -43,7 +43,7 @@ SPECS = {  # one small figure per driver: a 2x2 grid, an adaptive 3x3 -> 5x5 lat
 
 
 def test_every_kind_has_a_driver_and_a_spec_here():
-    from grokray.atlas.runner import DRIVERS
+    from grokray.drivers import DRIVERS
 
     assert set(DRIVERS) == set(KINDS) == set(SPECS)
 

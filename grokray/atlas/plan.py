@@ -11,8 +11,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..contracts import DriverKind
 from ..errors import SpecError
 from ..spec import SCALES, Spec, build_spec, read_yaml
+from ..tracking.schema import DRIVERS
 from .config import AtlasConfig, Piece, parse_atlas
 
 
@@ -25,7 +27,8 @@ class PieceRun:
 
     @property
     def search(self) -> bool:
-        return self.kind == "search"
+        """A study's piece (a search): its page shows the study, not a grid."""
+        return DRIVERS[self.kind].study
 
 
 @dataclass
@@ -113,8 +116,15 @@ def _piece_spec(raw: dict, path: Path, scale: str, piece: Piece, user: tuple[str
         overrides += [f"sweep.{a}.values={_value_text(v['values'])}" for a, v in
                       ((k[len("sweep."):], v) for k, v in sliced.items())]
     overrides += list(user)
-    kind = "search" if "search" in spec.raw and not spec.axes else "adaptive" if spec.raw.get("adaptive") else "grid"
-    return PieceRun(piece.name, spec, overrides, kind)
+    return PieceRun(piece.name, spec, overrides, driver_for(spec).kind)
+
+
+def driver_for(spec: Spec) -> DriverKind:
+    """The driver a spec asks for by its block (a `search:` spec with no sweep axes, an `adaptive:` one), else
+    the default's (a grid)."""
+    asked = [d for d in DRIVERS.values() if d.spec_block and spec.raw.get(d.spec_block) is not None
+             and not (d.study and spec.axes)]
+    return asked[0] if asked else next(d for d in DRIVERS.values() if not d.spec_block)
 
 
 def plan_figure(path: str | Path, scale: str, overrides: tuple[str, ...] = ()) -> Figure:

@@ -14,14 +14,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..drivers import DRIVERS
 from ..errors import AtlasStopped, LaunchFinished, SpecError
 from ..plan.estimate import BudgetUse, estimate_plan, plan_budget
-from ..plan.expand import expand
-from ..run.adaptive import run_adaptive
-from ..run.grid import run_sweep
 from ..run.options import LaunchOptions
-from ..search.config import parse_search, search_plan
-from ..search.launch.driver import run_search
 from ..tracking.history import measured_budget_use
 from ..tracking.records import RunStatus
 from ..tracking.schema import (
@@ -35,6 +31,7 @@ from ..tracking.schema import (
     KIND_TAG,
     PACKS_TAG,
     PHASE_COUNT_TAG,
+    driver_of,
 )
 from ..tracking.store import Store
 from .plan import Figure, PieceRun
@@ -71,7 +68,7 @@ def is_complete(run) -> bool:
     if run is None or run.status != RunStatus.FINISHED:
         return False
     tags = run.tags
-    if tags.get(KIND_TAG) == "search":  # complete unless its confirmation stage is still owed
+    if driver_of(tags.get(KIND_TAG)).study:  # complete unless its confirmation stage is still owed
         return tags.get(CONFIRM_TAG) != CONFIRM_PENDING
     counted = sum(int(v) for k, v in tags.items() if k.startswith(PHASE_COUNT_TAG))
     return counted == int(tags.get(CONFIGURATIONS_TAG, -1))
@@ -80,12 +77,7 @@ def is_complete(run) -> bool:
 def estimate_piece(piece: PieceRun, tracking_uri: str | None = None):
     """The dry-run estimate of one piece (a search: n_trials one-configuration trials, max_concurrent at once),
     with the share of members that train to their budget measured on the store's earlier runs where it can."""
-    slots = None
-    if piece.kind == "search":
-        cfg = parse_search(piece.spec)
-        plan, slots = search_plan(piece.spec, cfg.n_trials), cfg.max_concurrent
-    else:
-        plan = expand(piece.spec)
+    plan, slots = DRIVERS[piece.kind].plan(piece.spec)
     found = measured_budget_use(tracking_uri, piece.spec.name, plan_budget(plan))
     return estimate_plan(plan, slots=slots, use=BudgetUse(*found) if found else None)
 
@@ -159,13 +151,10 @@ def _run_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, res
         return _start_piece(piece, scale, tracking_uri, storage, not resume, progress)
 
 
-DRIVERS = {"grid": run_sweep, "adaptive": run_adaptive, "search": run_search}
-
-
 def _start_piece(piece: PieceRun, scale: str, tracking_uri: str, storage: str, resume: bool, progress) -> str:
     options = LaunchOptions(resume=resume, tracking_uri=tracking_uri, storage=storage, progress=progress,
                             parent_tags={ATLAS_SCALE_TAG: scale, ATLAS_PIECE_TAG: piece.name})
-    summary = DRIVERS[piece.kind](piece.spec, options)
+    summary = DRIVERS[piece.kind].launch(piece.spec, options)
     if summary.interrupted and not summary.errored_trials:
         raise AtlasStopped(f"grokray: the atlas stopped in {piece.spec.name} piece {piece.name} (its parent run "
                            f"{summary.parent_run_id or '(not in MLflow yet)'} ended KILLED) and wrote no page; run "

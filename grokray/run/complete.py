@@ -19,6 +19,7 @@ from ..tracking.schema import (
     NOTE_TAG,
     RUNS_SUMMARY_TAG,
     SPEC_ARTIFACT,
+    driver_of,
     phase_count_tags,
 )
 from ..tracking.spool import pending_points, spool_files
@@ -46,8 +47,8 @@ def complete_launch(spool_dir: str, uri: str) -> str | None:
         parent = ParentRun(uri, store.experiments().get(found.experiment_id, ""), str(Path(spool_dir).parents[1]))
         parent.launch_key, parent.started_ms = key, found.start_ms
         parent.attach(found)
-        kind = tags.get(KIND_TAG, "grid")
-        runs = None if kind == "search" else closing_runs()
+        kind = driver_of(tags.get(KIND_TAG)).kind
+        runs = None if driver_of(kind).study else closing_runs()
         counts = parent.count_children(on_record=None if runs is None else runs.add)
         for tag, value in phase_count_tags(counts).items():
             parent.set_tag(tag, value)

@@ -32,7 +32,7 @@ from ..tracking.drivers import dead_driver_pid, left_by_dead_driver
 from ..tracking.pack_runs import RunTarget
 from ..tracking.parent import ParentRun
 from ..tracking.records import RunStatus
-from ..tracking.schema import CONFIGURATIONS_TAG
+from ..tracking.schema import CONFIGURATIONS_TAG, DRIVERS
 from ..tracking.spool import pending_points
 from ..tracking.trackers import is_remote, open_tracker
 from ..tracking.uri import resolve_tracking_uri, server_answers
@@ -348,7 +348,7 @@ class Launch:
             print(f"grokray: MLflow at {self.uri} is not answering; retrying the held-back metrics for up to "
                   f"{self.options.delivery_wait_s:g} s (Ctrl-C stops waiting: `grokray replay` delivers them later)",
                   file=sys.stderr, flush=True)
-        runs = None if self.kind == "search" else closing_runs()  # a search's figures are the study's
+        runs = None if DRIVERS[self.kind].study else closing_runs()  # a study's figures are its own
         closed = self.parent.close(status, self.options.delivery_wait_s, fallback, configurations, metrics,
                                    on_page=stop_beat, on_record=None if runs is None else runs.add,
                                    packs=self.every_pack(results), stop=waiting)
@@ -377,7 +377,8 @@ class Launch:
         them pack by pack): a grid's one Tune run, resumed or not, holds them all. An adaptive launch resumed
         mid-way holds only its later rounds, and a search's trials are not packs: None (every child)."""
         packs = [trial_name_of(r) for r in results]
-        return packs if self.kind == "grid" and packs and "?" not in packs and len(self.rounds) == 1 else None
+        one_run = DRIVERS[self.kind].one_run_of_packs
+        return packs if one_run and packs and "?" not in packs and len(self.rounds) == 1 else None
 
 
 def trial_name_of(result) -> str:

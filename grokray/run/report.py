@@ -12,11 +12,9 @@ import tempfile
 import time
 
 from ..phases import ordered
-from ..search.artifacts import ARTIFACT_DIR as SEARCH_DIR
-from ..search.artifacts import SLICES_PNG
 from ..spec import Spec
 from ..tracking.parent import ParentRun
-from ..tracking.schema import ANALYSIS_DIR, NOTE_TAG
+from ..tracking.schema import ANALYSIS_DIR, DRIVERS, NOTE_TAG
 
 NOTE_MAX = 5800  # tags are cut at tracking.client.MAX_VALUE_LEN; a long spec is cut here, the whole one is an artifact
 
@@ -94,9 +92,8 @@ def report_on_parent(parent: ParentRun, spec: Spec, kind: str, status: str, coun
     """Draw the figures and write the note on the parent; returns the seconds it took. Never raises."""
     t0 = time.time()
     try:
-        # a search's points are scattered, not a grid: its figures are the study's (search.artifacts)
-        figure = (f"figures: `{SEARCH_DIR}/{SLICES_PNG}` (the objective against each searched "
-                  f"parameter), `{SEARCH_DIR}/optimization_history_*.png`") if kind == "search" \
+        # a study's points are scattered, not a grid: its figures are its own (search.artifacts)
+        figure = DRIVERS[kind].figure_line if DRIVERS[kind].study \
             else draw_diagram(parent.uri, parent.run_id, runs, title=launch_title(spec.name, parent.started_ms))
         parent.set_tag(NOTE_TAG, parent_note(spec, kind, status, counts, configurations, wall_s, figure, extra))
     except Exception as exc:  # noqa: BLE001 - the sweep is done and recorded; its description must not undo that

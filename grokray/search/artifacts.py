@@ -15,12 +15,18 @@ from pathlib import Path
 
 from optuna.trial import TrialState
 
-from ..tracking.schema import SEARCH_BEST_PHASE_TAG, SEARCH_BEST_TRIAL_TAG, SEARCH_BEST_VALUE_TAG, SEARCH_PARETO_TAG
+from ..tracking.schema import (
+    SEARCH_BEST_PHASE_TAG,
+    SEARCH_BEST_TRIAL_TAG,
+    SEARCH_BEST_VALUE_TAG,
+    SEARCH_DIR,
+    SEARCH_PARETO_TAG,
+    SLICES_PNG,
+)
 from .objective import SEED_ATTRS
 from .study import RUN_ID_ATTR, generalized_best, trial_run_ids
 
-ARTIFACT_DIR = "search"
-SLICES_PNG = "objective_vs_parameters.png"
+ARTIFACT_DIR = SEARCH_DIR
 TRIAL_COLUMNS = ("phase", *SEED_ATTRS, "trial_key", "duplicate_of", RUN_ID_ATTR)
 
 

@@ -8,7 +8,7 @@ import os
 import socket
 
 from .records import RunRecord
-from .schema import DRIVER_TAG, KIND_TAG
+from .schema import DRIVER_TAG, KIND_TAG, driver_of
 
 
 def driver_id() -> str:
@@ -40,7 +40,7 @@ def left_by_dead_driver(run: RunRecord) -> str | None:
     pid = dead_driver_pid(run)
     if pid is None:
         return None
-    kind = run.tags.get(KIND_TAG, "grid")
+    kind = driver_of(run.tags.get(KIND_TAG)).kind
     return (f"grokray: the {kind} launch {run.name!r} (parent run {run.run_id[:8]}) was left RUNNING by a driver "
-            f"that died (pid {pid} on this machine): `grokray {'search' if kind == 'search' else 'run'} SPEC "
+            f"that died (pid {pid} on this machine): `grokray {driver_of(kind).command} SPEC "
             "--resume` continues it and closes it; a new launch of the same spec closes it as KILLED")

@@ -6,6 +6,8 @@ Pure: imports nothing.
 
 from __future__ import annotations
 
+from ..contracts import DriverKind
+
 # -- tags on every run ----------------------------------------------------------------------------------------
 PARENT_ID_TAG = "mlflow.parentRunId"  # MLflow's own nesting tag
 RUN_NAME_TAG = "mlflow.runName"  # MLflow's own: setting it renames the run
@@ -20,8 +22,24 @@ SWEPT_TAG = "grokray.swept"  # JSON list of the dotted keys that vary
 LOG_AXES_TAG = "grokray.log_axes"  # JSON list of the swept keys drawn on a log scale
 
 # -- parent runs ------------------------------------------------------------------------------------------------
-KIND_TAG = "grokray.kind"  # which driver made it: one of KINDS
-KINDS = ("grid", "adaptive", "search")
+KIND_TAG = "grokray.kind"  # which driver made it: one of DRIVERS
+SEARCH_DIR = "search"  # a search parent's artifact directory of the study's figures (search/artifacts.py)
+SLICES_PNG = "objective_vs_parameters.png"
+# Every driver, as it declares itself (contracts.DriverKind): the one list of launch kinds.
+DRIVERS = {d.kind: d for d in (
+    DriverKind("grid", "run", one_run_of_packs=True),
+    DriverKind("adaptive", "run", spec_block="adaptive"),
+    DriverKind("search", "search", spec_block="search", study=True,
+               figure_line=f"figures: `{SEARCH_DIR}/{SLICES_PNG}` (the objective against each searched parameter), "
+                           f"`{SEARCH_DIR}/optimization_history_*.png`"),
+)}
+KINDS = tuple(DRIVERS)
+
+
+def driver_of(kind: str | None) -> DriverKind:
+    """The driver a parent's grokray.kind names; a parent without one (an older store's) is a grid's."""
+    return DRIVERS.get(kind or "", DRIVERS["grid"])
+
 CONFIGURATIONS_TAG = "grokray.configurations"  # configurations the parent's children cover (set when it closes)
 PACKS_TAG = "grokray.packs"
 EXPERIMENT_PATH_TAG = "grokray.experiment_path"  # the Ray Tune experiment a grid's --resume restores

@@ -28,8 +28,8 @@ from pathlib import Path
 import optuna
 
 from grokray.engine import run_trial
+from grokray.objectives import objective_values
 from grokray.search.config import parse_search, start_trial, trial_config
-from grokray.search.objective import objective_values
 from grokray.search.sampler import distributions, make_sampler
 from grokray.spec import load_spec
 

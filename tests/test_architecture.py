@@ -19,7 +19,7 @@ RANKS = {
     "grokray.spec_keys": 0, "grokray.user_code": 0.5, "grokray.config": 1,
     "grokray.spec_rules": 0.5,
     "grokray.registry": 1, "grokray.capture": 1, "grokray.spec_file": 1, "grokray.overrides": 2,
-    "grokray.phases": 2, "grokray.tasks": 3, "grokray.optim": 3,
+    "grokray.phases": 2, "grokray.objectives": 2, "grokray.tasks": 3, "grokray.optim": 3,
     # what an optimizer kind and a gradient transform declare, read by config.py (the group optimizer reads config)
     "grokray.optim.primitives": 0.6, "grokray.optim.kinds": 0.75, "grokray.optim.transforms": 0.75,
     "grokray.models": 4, "grokray.trial": 4.5,

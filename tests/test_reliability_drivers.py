@@ -25,8 +25,8 @@ from optuna.trial import TrialState
 from test_reliability import Outage, _kill_group, children, replay_what_was_left, report, wait_for
 
 from grokray.engine.schedule import record_steps
+from grokray.objectives import objective_values
 from grokray.search.config import parse_search
-from grokray.search.objective import objective_values
 from grokray.search.study import trial_run_ids
 from grokray.spec import build_spec, load_spec, read_yaml
 

@@ -87,7 +87,7 @@ def test_smoke_search_end_to_end_one_child_run_per_trial(local_ray, tmp_path):
 def test_a_trial_counts_every_seed_and_scores_what_a_majority_reached(local_ray, tmp_path):
     """With seeds [1, 2] each trial is one pack of two child runs, both named by the trial; the trial's value is
     the one a majority of its seeds reached (of two: the slower), computed here again from MLflow alone."""
-    from grokray.search.objective import objective_values
+    from grokray.objectives import objective_values
 
     spec = load_spec(TOY, ["seeds=[1, 2]", "search.n_trials=2", "train.steps=1500", "phases.budget=1500"],
                      scale="smoke")

@@ -6,14 +6,14 @@ from pathlib import Path
 import pytest
 
 from grokray.errors import SpecError
-from grokray.search.config import parse_search, start_trial, trial_configs
-from grokray.search.objective import (
+from grokray.objectives import (
     grokking_gap,
     objective_values,
     report_metrics,
     seed_vote,
     time_to_generalize,
 )
+from grokray.search.config import parse_search, start_trial, trial_configs
 from grokray.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..search.objective import seed_vote
+from ..objectives import seed_vote
 
 FIELD = re.compile(r"\{\{(.+?)\}\}", re.S)
 OPS = {"!=": operator.ne, "<=": operator.le, ">=": operator.ge, "=": operator.eq, "<": operator.lt, ">": operator.gt}
@@ -203,7 +203,7 @@ def _of_column(kind: str, words: list[str], df: pd.DataFrame, field: str):
 
 def trial_table(runs: pd.DataFrame, params: list[str] | None = None) -> pd.DataFrame:
     """A search's trials from its runs, one row each (see the module's `trials`), scored as the search scores
-    them (search.objective.seed_vote)."""
+    them (objectives.seed_vote)."""
     columns = list(runs.columns)
     if params is None:
         params = columns[columns.index("piece") + 1:columns.index("seed")] if "piece" in runs and "seed" in runs else []

@@ -20,7 +20,7 @@ class TrialContext:
     cpu: float = 1.0
     gpu: float = 0.0
     final_state: bool = False  # save each member's final parameters as an artifact
-    objective: tuple[str, ...] = ()  # a search trial: the objectives each report carries (search.objective)
+    objective: tuple[str, ...] = ()  # a search trial: the objectives each report carries (grokray/objectives.py)
     penalty: float = 0.0  # ... and the value of a trial that has not generalized yet
     fit_reports: bool = False  # the default interval: a short pack reports more often (trainable.fitted_report_s)
     member_phases: bool = False  # report each member's phase by its key (the adaptive driver steers by them;

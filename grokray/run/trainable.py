@@ -22,8 +22,8 @@ from ray import tune
 from ..engine import CheckpointDamaged, load_checkpoint, make_trainer, save_checkpoint
 from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
+from ..objectives import report_metrics
 from ..phases import counted_phase
-from ..search.objective import report_metrics
 from ..spec import device_for
 from ..tracking.pack_runs import PackTracker
 from ..trial import TrialConfig

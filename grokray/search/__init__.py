@@ -8,8 +8,8 @@ study's report, trial links and finished parent in the store; confirmation: the 
 Importing this package loads the lower floor's pure modules only.
 """
 
+from ..objectives import generalized, grokking_gap, objective_values, time_to_generalize
 from .config import Dist, SearchConfig, parse_search
-from .objective import generalized, grokking_gap, objective_values, time_to_generalize
 
 __all__ = ["Dist", "SearchConfig", "generalized", "grokking_gap", "objective_values", "parse_search",
            "time_to_generalize"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from optuna.trial import TrialState
 
+from ..objectives import SEED_ATTRS
 from ..tracking.schema import (
     SEARCH_BEST_PHASE_TAG,
     SEARCH_BEST_TRIAL_TAG,
@@ -23,7 +24,6 @@ from ..tracking.schema import (
     SEARCH_PARETO_TAG,
     SLICES_PNG,
 )
-from .objective import SEED_ATTRS
 from .study import RUN_ID_ATTR, generalized_best, trial_run_ids
 
 ARTIFACT_DIR = SEARCH_DIR

@@ -23,7 +23,7 @@ search:
 ```
 Every searched field is checked against the spec (a sample point is applied and parsed) before anything starts.
 With several `seeds:` a trial trains its configuration at every seed and scores what a majority of them reached
-(search.objective: seed_vote).
+(grokray.objectives: seed_vote).
 """
 
 from __future__ import annotations

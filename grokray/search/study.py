@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..errors import SpecError
+from ..objectives import GENERALIZED, SEED_ATTRS, seed_vote
 from ..phases import crossing_metrics
 from ..spec import Spec
 from ..tracking.records import RunStatus
@@ -27,7 +28,6 @@ from ..tracking.schema import (
     TRIAL_KEY_TAG,
 )
 from .config import SearchConfig, trial_config
-from .objective import GENERALIZED, SEED_ATTRS, seed_vote
 
 FINGERPRINT_ATTR = "grokray.fingerprint"
 PARENT_RUN_ATTR = "grokray.mlflow_parent_run_id"
@@ -268,7 +268,7 @@ def launch_of(study) -> tuple[str, str]:
 
 
 def finished_runs(children, threshold: float) -> dict[str, dict]:
-    """Configuration key -> what search.objective.seed_vote needs of every child run that ended with a phase tag."""
+    """Configuration key -> what objectives.seed_vote needs of every child run that ended with a phase tag."""
     out = {}
     for run in children:
         tags, metrics = run.tags, run.metrics

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ...errors import LaunchFinished
+from ...objectives import OBJECTIVE_FNS
 from ...phases import crossing_metrics
 from ...run.cluster import resolve_storage
 from ...run.options import LaunchOptions
@@ -28,7 +29,6 @@ from ...tracking.schema import CONFIRM_PENDING, CONFIRM_TAG, PHASE_TAG
 from ...tracking.store import Store
 from ..config import SearchConfig, parse_search
 from ..confirm import CONFIRM_ARTIFACT_DIR, CONFIRM_FILE, ROW_COLUMNS, confirmed_best, top_settings
-from ..objective import OBJECTIVE_FNS
 from ..study import open_storage
 
 

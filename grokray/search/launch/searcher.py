@@ -12,12 +12,12 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
+from ...objectives import SEED_ATTRS, trial_key
 from ...plan.expand import run_name
 from ...plan.wire import compact_pack
 from ...spec import Spec
 from ...tracking.schema import SEARCH_STUDY_TAG, SEARCH_TRIAL_TAG
 from ..config import SearchConfig, trial_configs
-from ..objective import SEED_ATTRS, trial_key
 from ..sampler import distributions
 from ..study import MEMBER_KEYS_ATTR, RUN_ID_ATTR, counted
 

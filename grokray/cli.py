@@ -129,7 +129,8 @@ def _run(args) -> int:
         print(f"configurations: {n_configs(spec)}  (more than --max-configs {limit}: a run needs --yes)")
         return 0
     check_size(spec, limit)  # before anything is built: a typo like `num: 1e6` costs nothing
-    spec.trials()  # the whole sweep is validated before Ray starts or MLflow is written to
+    # the whole sweep is validated before Ray starts or MLflow is written to: by the plan (expand, the dry-run's) or
+    # the driver's survey (run_sweep), each parsing every configuration once
     options = _launch_options(args)
     if args.dry_run:
         from .plan.dry_run import estimate

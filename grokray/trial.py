@@ -4,8 +4,10 @@ Tune worker as its own data (to_dict / from_dict, no rule run again)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +16,8 @@ from .config import (
     PhaseConfig,
     TrainConfig,
     coerce,
+    fields_and_hints,
+    only_known_fields,
     parse_dataclass,
     parse_optim,
     to_dict,
@@ -42,17 +46,18 @@ class TrialConfig:
 
     @classmethod
     def from_dict(cls, raw: dict) -> TrialConfig:
-        """The inverse of to_dict: each block typed back (lists to tuples, its own bounds), and no spec rule run
-        again (family defaults, the optim default group, idle fields, model-task checks): they ran when the spec
-        was parsed, and every field is set here. The Tune worker's side of the wire."""
-        def block(registry, data: dict, path: str):
-            return parse_dataclass(registry.get(data["name"]).config_cls,
-                                   {k: v for k, v in data.items() if k != "name"}, path)
+        """The inverse of to_dict, for the Tune worker's side of the wire: each block built back with its types
+        (lists to tuples) and nothing checked again, neither a field's bounds nor a block's validate() nor a spec
+        rule, and no user code imported: the driver parsed and checked this very configuration. A key the block
+        does not know is still refused (a plain dict crossed a process boundary)."""
+        def block(registry, data: dict, what: str):
+            return rebuilt(registry.get(data["name"]).config_cls, {k: v for k, v in data.items() if k != "name"},
+                           what)
 
         return cls(task=block(TASKS, raw["task"], "task"), model=block(MODELS, raw["model"], "model"),
-                   optim={g: parse_optim(o, f"optim.{g}") for g, o in raw["optim"].items()},
-                   train=parse_dataclass(TrainConfig, raw["train"], "train"),
-                   phases=parse_dataclass(PhaseConfig, raw["phases"], "phases"), seed=int(raw["seed"]))
+                   optim={g: rebuilt_optim(o) for g, o in raw["optim"].items()},
+                   train=rebuilt(TrainConfig, raw["train"], "train"),
+                   phases=rebuilt(PhaseConfig, raw["phases"], "phases"), seed=int(raw["seed"]))
 
     @property
     def budget_steps(self) -> int:
@@ -63,6 +68,33 @@ class TrialConfig:
         """Stable identity of the configuration: what a retried or resumed trial is found by."""
         blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def rebuilt(cls, data: dict, what: str):
+    """A dataclass from its to_dict form: known keys only, tuples and nested dataclasses typed back, no check."""
+    fields, hints = fields_and_hints(cls)
+    only_known_fields(cls, data, what)
+    return cls(**{k: _typed(hints[k], v, what) for k, v in data.items() if k in fields})
+
+
+def _typed(tp, value, what: str):
+    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        return rebuilt(tp, value, what)
+    if typing.get_origin(tp) is tuple and isinstance(value, list | tuple):
+        return tuple(value)
+    return value
+
+
+def rebuilt_optim(data: dict) -> OptimConfig:
+    """rebuilt for an OptimConfig: its own fields, then its transforms' (methods)."""
+    own, _ = fields_and_hints(OptimConfig)
+    methods = {k: v for k, v in data.items() if k not in own}
+    unknown = sorted(set(methods) - set(OptimConfig().methods))
+    if unknown:
+        raise ValueError(f"unknown optim keys {unknown}")
+    cfg = rebuilt(OptimConfig, {k: v for k, v in data.items() if k in own}, "optim")
+    cfg.methods.update(methods)
+    return cfg
 
 
 def _registered(registry, raw, path):

@@ -9,6 +9,7 @@ needs no spec file.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from array import array
@@ -20,6 +21,7 @@ from ..errors import SpecError
 from ..numbers import short_number
 from ..spec import Spec
 from ..trial import TrialConfig
+from .members import member_config
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
 
@@ -190,6 +192,8 @@ class Survey:
     first: dict[str, TrialConfig] = field(default_factory=dict)  # pack signature -> its first configuration
     shapes: dict[str, TrialConfig] = field(default_factory=dict)  # model x task x batch -> one configuration
     budgets: array = field(default_factory=lambda: array("q"))  # each configuration's step budget, by index
+    group_of: array = field(default_factory=lambda: array("q"))  # each configuration's signature, as its ordinal
+    ordinal: dict[str, int] = field(default_factory=dict)  # pack signature -> its ordinal (first seen, first)
 
     @classmethod
     def of(cls, spec: Spec) -> Survey:
@@ -200,9 +204,15 @@ class Survey:
             if signature not in survey.groups:
                 survey.groups[signature], survey.first[signature] = [], config
             survey.groups[signature].append(i)
+            survey.group_of.append(survey.ordinal.setdefault(signature, len(survey.ordinal)))
             survey.shapes.setdefault(repr((config.model, config.task, config.train.batch_size)), config)
             survey.budgets.append(config.budget_steps)
         return survey
+
+    @functools.cached_property
+    def signatures(self) -> list[str]:
+        """The pack signatures by ordinal (group_of's numbers)."""
+        return list(self.ordinal)
 
     @property
     def budget_steps(self) -> int:
@@ -226,9 +236,13 @@ class Survey:
         return out
 
     def pack(self, pack_id: str, indices: list[int]) -> Pack:
-        """One pack, its configurations built again from their indices."""
+        """One pack, its members built from their signature's first configuration and their points (no parse:
+        the survey parsed each already; plan/members.py)."""
         points = [self.spec.point(i) for i in indices]
-        return Pack(pack_id, [Member(self.spec.trial(p), p) for p in points])
+        signature = self.signatures[self.group_of[indices[0]]]
+        first, first_point = self.first[signature], self.spec.point(self.groups[signature][0])
+        blocks = self.spec.base.get("optim") or {}
+        return Pack(pack_id, [Member(member_config(first, first_point, p, blocks), p) for p in points])
 
     def pack_dicts(self, packs: list[tuple[str, list[int]]]):
         """Each pack as the plain dict a trial receives, built one pack at a time (a generator): the launch writes

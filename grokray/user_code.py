@@ -8,7 +8,7 @@ Two ways in, one rule for both:
   the entry point (`model: {name: tinynet}`).
 
 Every Ray worker must import the same code. The directories user modules were imported from (outside any installed
-package) are recorded here; the launch hands them to each trial (run/context.py), which puts them on its sys.path
+package) are recorded here; the launch hands them to each trial (worker/context.py), which puts them on its sys.path
 before it parses its configurations. So a module beside the spec works on a laptop's private Ray and on a cluster
 whose nodes share that filesystem; elsewhere, install the package on every node (its entry points then resolve).
 """

@@ -27,6 +27,7 @@ RANKS = {
     "grokray.engine": 6,
     "grokray.tracking": 3,  # the ground floor of the driver side: only errors, config and the phase rules below it
     "grokray.plan": 7, "grokray.search": 8, "analysis": 8, "grokray.run": 9, "grokray.atlas": 10,
+    "grokray.worker": 8.5,  # what runs inside a Tune trial: below the launch layer that hands Tune its function
     # the search's driver floor, in its own package but above the launch layer it drives
     "grokray.search.launch": 9.5,
     "grokray.drivers": 9.7,  # each driver's implementation, by kind: above every driver, below the atlas

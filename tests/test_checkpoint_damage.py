@@ -78,7 +78,7 @@ def test_a_checkpoint_written_before_digests_still_loads(tmp_path):
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_good_one(tmp_path):
     """Issue 61: the pack resumes from the latest good checkpoint (Tune keeps two), not from step 0; only when
     none loads does it start again."""
-    from grokray.run.trainable import restore_earlier
+    from grokray.worker.trainable import restore_earlier
 
     configs = build_spec(RAW).trials()
     trainer = make_trainer(configs)

@@ -8,12 +8,12 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from grokray.run.context import TrialContext
 from grokray.run.options import LaunchOptions
 from grokray.tracking.pack_runs import RunTarget
 from grokray.tracking.parent import missing_parent_tags
 from grokray.tracking.schema import CLOSED_PARENT_TAGS, KIND_TAG, KINDS
 from grokray.tracking.store import Store
+from grokray.worker.context import TrialContext
 
 pytestmark = pytest.mark.launch  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
 

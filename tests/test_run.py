@@ -281,7 +281,7 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
 def test_a_slow_pack_cuts_its_chunks_to_report_every_interval():
     """A chunk of `checkpoint_every` steps that would outlast the report interval is cut, so the progress line
     and the curves in MLflow keep their interval on a big model or a busy machine (issue 39)."""
-    from grokray.run.trainable import FIRST_CHUNK, next_chunk
+    from grokray.worker.trainable import FIRST_CHUNK, next_chunk
 
     assert next_chunk(0, 0.0, 1000, 30.0) == FIRST_CHUNK  # first a short probe
     assert next_chunk(FIRST_CHUNK, 6.0, 1000, 30.0) == 100  # 0.3 s a step: 100 steps fill the 30 s
@@ -295,7 +295,7 @@ def test_a_slow_pack_cuts_its_chunks_to_report_every_interval():
 def test_a_short_pack_reports_more_often_so_the_progress_count_moves():
     """Issue 52: the demo's count held 17/80 for a minute of 2.7, the 30 s interval of packs that train 2.7
     minutes. With the default interval a pack reports again after a tenth of its time so far, 5 to 30 s."""
-    from grokray.run.trainable import fitted_report_s
+    from grokray.worker.trainable import fitted_report_s
 
     assert fitted_report_s(30.0, 0.5) == 5.0  # never closer than 5 s
     assert fitted_report_s(30.0, 120.0) == 12.0  # two minutes into a demo's pack

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from grokray.plan.expand import Survey
-from grokray.run.pack_files import store_packs
 from grokray.spec import load_spec
+from grokray.worker.pack_files import store_packs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -474,8 +474,8 @@ def test_workers_get_the_drivers_code_paths():
     """What crosses to a Tune worker: the directory the user's package was imported from, put on its sys.path
     before it parses its configurations (a worker runs in its trial's folder, not the user's)."""
     from grokray import user_code
-    from grokray.run.context import TrialContext
     from grokray.tracking.pack_runs import RunTarget
+    from grokray.worker.context import TrialContext
 
     build_spec(MLP)
     assert str(USERPKG) in user_code.code_paths()

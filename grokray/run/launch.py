@@ -37,6 +37,9 @@ from ..tracking.spool import pending_points
 from ..tracking.trackers import is_remote, open_tracker
 from ..tracking.uri import resolve_tracking_uri, server_answers
 from ..user_code import code_paths
+from ..worker.context import TrialContext
+from ..worker.pack_files import store_packs
+from ..worker.trainable import train_pack
 from .cluster import (
     busy_machine_note,
     check_cluster_gpus,
@@ -49,13 +52,10 @@ from .cluster import (
     start_ray,
     starts_private_ray,
 )
-from .context import TrialContext
 from .options import LaunchOptions, LaunchSummary, launch_status
-from .pack_files import store_packs
 from .progress import DiskWatch, ProgressLine
 from .report import closing_runs, launch_title, report_on_parent
 from .signals import ignore_stops, stop_beat, stops_end, take_stops
-from .trainable import train_pack
 from .warm import driver_imports_in_background
 
 

@@ -56,13 +56,10 @@ def sweep(spec: str | Path | dict | Spec, overrides: list[str] | tuple[str, ...]
     checked = load(spec, overrides, scale)
     options = LaunchOptions(resume=resume, max_concurrent=max_concurrent, tracking_uri=tracking_uri,
                             storage=storage, progress=progress)
-    if checked.raw.get("search") and not checked.axes:
-        from .search.launch.driver import run_search as driver
-    elif checked.raw.get("adaptive"):
-        from .run.adaptive import run_adaptive as driver
-    else:
-        from .run.grid import run_sweep as driver
-    summary = driver(checked, options)
+    from .drivers import DRIVERS
+    from .tracking.schema import driver_for
+
+    summary = DRIVERS[driver_for(checked).kind].launch(checked, options)
     runs = load_runs(parent_run_id=summary.parent_run_id, tracking_uri=summary.tracking_uri)
     runs.attrs["summary"] = summary
     return runs

@@ -11,10 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..contracts import DriverKind
 from ..errors import SpecError
 from ..spec import SCALES, Spec, build_spec, read_yaml
-from ..tracking.schema import DRIVERS
+from ..tracking.schema import DRIVERS, driver_for
 from .config import AtlasConfig, Piece, parse_atlas
 
 
@@ -117,14 +116,6 @@ def _piece_spec(raw: dict, path: Path, scale: str, piece: Piece, user: tuple[str
                       ((k[len("sweep."):], v) for k, v in sliced.items())]
     overrides += list(user)
     return PieceRun(piece.name, spec, overrides, driver_for(spec).kind)
-
-
-def driver_for(spec: Spec) -> DriverKind:
-    """The driver a spec asks for by its block (a `search:` spec with no sweep axes, an `adaptive:` one), else
-    the default's (a grid)."""
-    asked = [d for d in DRIVERS.values() if d.spec_block and spec.raw.get(d.spec_block) is not None
-             and not (d.study and spec.axes)]
-    return asked[0] if asked else next(d for d in DRIVERS.values() if not d.spec_block)
 
 
 def plan_figure(path: str | Path, scale: str, overrides: tuple[str, ...] = ()) -> Figure:

@@ -36,6 +36,14 @@ DRIVERS = {d.kind: d for d in (
 KINDS = tuple(DRIVERS)
 
 
+def driver_for(spec) -> DriverKind:
+    """The driver a spec asks for by its block (a `search:` spec with no sweep axes, an `adaptive:` one), else the
+    default's (a grid): what `grokray run`, `grokray.sweep` and the atlas launch it with."""
+    asked = [d for d in DRIVERS.values() if d.spec_block and spec.raw.get(d.spec_block) is not None
+             and not (d.study and spec.axes)]
+    return asked[0] if asked else next(d for d in DRIVERS.values() if not d.spec_block)
+
+
 def driver_of(kind: str | None) -> DriverKind:
     """The driver a parent's grokray.kind names; a parent without one (an older store's) is a grid's."""
     return DRIVERS.get(kind or "", DRIVERS["grid"])

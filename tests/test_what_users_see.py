@@ -145,7 +145,7 @@ def test_a_stop_as_grokray_ui_starts_leaves_no_server(tmp_path, monkeypatch):
     """Found by the README test (an `mlflow server` left on 127.0.0.1:5000 for an hour): a SIGTERM that came as the
     server's /health first answered, still inside its start, skipped the stop. About 20 s (one real server)."""
     from grokray import ui
-    from grokray.tracking.local_servers import MlflowServer
+    from grokray.tracking.local_servers import MlflowServer, group_alive
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     MlflowClient(uri).create_experiment("e")
@@ -162,11 +162,12 @@ def test_a_stop_as_grokray_ui_starts_leaves_no_server(tmp_path, monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             ui.serve_runs_ui(uri, "127.0.0.1", port, None)
         assert started and started[0].poll() is not None  # the server's process ended
+        # and so did its whole group: CI once saw the port still answer after the `mlflow` CLI's exit, its
+        # gunicorn not yet gone (the port alone can also be taken by another xdist worker's server meanwhile)
+        assert not group_alive(started[0].pid)
     finally:  # a failing run leaves no server behind either
-        for proc in (p for p in started if p.poll() is None):
+        for proc in (p for p in started if group_alive(p.pid)):
             os.killpg(proc.pid, signal.SIGKILL)
-    with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def plotted(url: str, profile: Path, timeout_s: float = 60.0) -> list[dict]:

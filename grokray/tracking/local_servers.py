@@ -123,6 +123,40 @@ GUNICORN_OPTS = "--threads 8 --timeout 120"
 QUIET_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies, which hold no socket, do not count)."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            state, _ppid, pgrp = Path(stat).read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError, IndexError):
+            continue  # it ended while read
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
+
+
+def _group_ended(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether `proc` and every process of its group ended within `timeout_s`. The `mlflow` CLI can exit before
+    the gunicorn it started has closed its listening socket (found by CI: the port still answered after the CLI's
+    exit), so a stop waits on the group, not on its leader alone."""
+    end = time.monotonic() + timeout_s
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    while group_alive(proc.pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 class MlflowServer:
     """`mlflow server` on 127.0.0.1 over `backend` (a SQLAlchemy URI; default a SQLite file under `root`), which a
     test can stop and start again on the same port and store (a tracking outage). gunicorn=False: MLflow's
@@ -166,17 +200,17 @@ class MlflowServer:
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
-            if self.proc is not None and self.proc.poll() is None:
+            if self.proc is not None and (self.proc.poll() is None or group_alive(self.proc.pid)):
                 # SIGINT: gunicorn's quick shutdown (SIGTERM is its graceful one, which waits up to 30 s on idle
                 # keep-alive connections); the whole group, so its uvicorn/gunicorn workers go with it. Started from
                 # a background shell, the group ignores SIGINT: then SIGTERM, then SIGKILL.
                 for sig, wait_s in ((signal.SIGINT, 3), (signal.SIGTERM, 5), (signal.SIGKILL, 30)):
-                    os.killpg(self.proc.pid, sig)
                     try:
-                        self.proc.wait(timeout=wait_s)
+                        os.killpg(self.proc.pid, sig)
+                    except ProcessLookupError:
+                        break  # the group ended between the checks
+                    if _group_ended(self.proc, wait_s):
                         break
-                    except subprocess.TimeoutExpired:
-                        continue
             self.proc = None
         finally:
             if previous is not None:

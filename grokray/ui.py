@@ -52,10 +52,16 @@ def _interrupt(*_) -> None:
     raise KeyboardInterrupt
 
 
-def _wait(proc: subprocess.Popen) -> None:
-    """Block until Ctrl-C or SIGTERM (both end in the caller's finally) or the server exits."""
+def _stops_interrupt() -> None:
+    """From here on Ctrl-C and SIGTERM raise KeyboardInterrupt, which ends in the caller's finally. Set before the
+    server starts: CI saw a SIGTERM that came while it started dropped (SIGINT, which the CLI turns SIGTERM into,
+    is ignored when started in the background) and `grokray ui` serve on for half an hour."""
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)  # also when started in the background, where SIGINT is ignored
+
+
+def _wait(proc: subprocess.Popen) -> None:
+    """Block until Ctrl-C or SIGTERM or the server exits."""
     try:
         proc.wait()
     except KeyboardInterrupt:
@@ -72,6 +78,7 @@ def serve_runs_ui(uri: str | None, host: str, port: int, experiment: str | None)
     with tempfile.TemporaryDirectory() as root:
         server = MlflowServer(root, backend=resolved, host=host, port=port)
         try:  # a Ctrl-C or SIGTERM while it starts (its /health may answer first) must stop it too
+            _stops_interrupt()
             server.start()
             page = server.experiment_page(exp_id)
             print(f"MLflow UI on {resolved}: {page}" + (f"   (experiment {name!r})" if name else ""), flush=True)
@@ -92,6 +99,7 @@ def serve_optuna(journal: str, host: str, port: int) -> int:
         raise SpecError("--optuna", "optuna-dashboard is not installed: pip install -e '.[dashboard]'")
     if not _port_free(host, port):
         raise SpecError("--port", f"{host}:{port} is in use; choose another with --port")
+    _stops_interrupt()
     proc = subprocess.Popen([exe, str(path), "--storage-class", "JournalFileStorage", "--host", host,
                              "--port", str(port), "--quiet"], start_new_session=True)
     url = f"http://{host}:{port}"

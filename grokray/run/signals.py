@@ -15,7 +15,17 @@ def sigterm_as_ctrl_c() -> None:
     `ray.init` installs, end the driver at once, leaving runs RUNNING and Tune's state as old as its last save.
     Called at the CLI's start and again after `ray.init`."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+        signal.signal(signal.SIGTERM, _as_ctrl_c)
+
+
+def _as_ctrl_c(signum, frame) -> None:
+    """What Ctrl-C would do now; a KeyboardInterrupt where SIGINT is ignored or left to the OS (started in the
+    background, SIGINT is ignored: re-raising it dropped the SIGTERM, and `grokray ui` served on)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def stop_beat() -> None:

@@ -36,7 +36,7 @@ SUFFIX = {"float32": "", "float64": "_float64"}  # stored files: the float32 one
 
 
 def make_spec(n: int, steps: int, budget: int | None, start: int = 5, dtype: str = "float32"):
-    from grokray.spec import build_spec, read_yaml
+    from grokray.spec.build import build_spec, read_yaml
 
     raw = read_yaml(QUICKSTART)
     raw["adaptive"] = {"axes": ["optim.decoder.lr", "optim.decoder.weight_decay"], "start": [start, start],

@@ -66,7 +66,7 @@ PACK = 1000  # children a pack
 def bench_spec(n: int):
     from bench_scale import spec_yaml
 
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "s.yaml").write_text(spec_yaml(n))

@@ -53,7 +53,7 @@ def dry_run_seconds(spec_path: str, scale: str | None, workdir: Path) -> float:
 
 
 def main() -> None:
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     parser = argparse.ArgumentParser()
     parser.add_argument("spec", nargs="?", default=str(ROOT / "sweeps" / "quickstart.yaml"))

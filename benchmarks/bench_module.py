@@ -29,7 +29,7 @@ import torch
 
 from grokray.engine import PackTrainer
 from grokray.models.user_module import build_module
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 USERPKG = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "userpkg"
 OPTIM = {"default": {"name": "adamw", "lr": 1e-3, "weight_decay": 1.0}}

@@ -40,7 +40,7 @@ import torch
 
 from grokray.engine import PackTrainer
 from grokray.models import MODELS
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 TOY = {
     "task": {"name": "addition", "p": 10, "train_size": 45},

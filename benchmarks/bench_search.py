@@ -31,7 +31,7 @@ from grokray.engine import run_trial
 from grokray.objectives import objective_values
 from grokray.search.config import parse_search, start_trial, trial_config
 from grokray.search.sampler import distributions, make_sampler
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["tpe", "tpe-random", "random", "grid"]  # tpe-random: TPE with Optuna's random start-up trials

@@ -117,7 +117,7 @@ def run_plain(steps: int, workdir: Path, device: str = "cpu", share: float = 0.0
 
 def grid_spec(steps: int, share: float = 0.0):
     """The plain baseline's grid as a grokray spec; `share`: each pack's share of the card (0: on the CPUs)."""
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     overrides = [
         f"sweep.optim.decoder.lr.logspace=[-4, -2, {len(LRS)}]",
@@ -181,7 +181,7 @@ def _train_bare(member_configs: list[dict], chunk: int) -> float:
     import torch
 
     from grokray.engine import make_trainer
-    from grokray.trial import TrialConfig
+    from grokray.spec.trial import TrialConfig
 
     torch.set_num_threads(1)
     trainer = make_trainer([TrialConfig.from_dict(c) for c in member_configs], device="cpu")

@@ -47,7 +47,7 @@ class SyntheticResult:
 def writer(args) -> dict:
     """One pack's tracking, as a Tune trial does it; returns its timings."""
     url, exp_id, parent, w, members, reports, points, concurrency, start_at = args
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
     from grokray.tracking import delivery
     from grokray.tracking.pack_runs import PackTracker, RunTarget
 

@@ -20,7 +20,7 @@ import torch
 
 from grokray.engine import make_trainer
 from grokray.plan.expand import expand
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 
 def train_all(spec_path: str, scale: str | None, overrides: list[str], precision: str, device: str) -> list:

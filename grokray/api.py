@@ -11,8 +11,8 @@ import pandas as pd
 
 from .engine import MemberResult, make_trainer
 from .plan.expand import expand
-from .spec import Spec, build_spec, load_spec
-from .trial import TrialConfig
+from .spec.build import Spec, build_spec, load_spec
+from .spec.trial import TrialConfig
 
 
 def load(spec: str | Path | dict | Spec, overrides: list[str] | tuple[str, ...] = (), scale: str | None = None) -> Spec:

@@ -20,7 +20,7 @@ from .tracking.trackers import quiet_store_notices
 def _load(args):
     """The spec with the command's --scale and -s overrides; says which overrides pinned a sweep axis. The
     command's options are checked with it: every mistake, spec or option, is reported at once."""
-    from .spec import load_spec
+    from .spec.build import load_spec
 
     mistakes = Mistakes()
     with mistakes.check():

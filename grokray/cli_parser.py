@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .run.options import PROGRESS_MODES
-from .spec_keys import SCALES
+from .spec.keys import SCALES
 from .terminal import EXAMPLES, OneLineParser, package_version
 
 

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from .config import PhaseConfig
+from .spec.blocks import PhaseConfig
 
 PHASES = ("comprehension", "grokking", "memorization", "confusion", "val_without_train", "diverged")
 UNDECODABLE = "undecodable"  # counted apart: the split itself cannot reach the threshold on validation

@@ -12,7 +12,7 @@ import pytest
 from grokray.errors import SpecError
 from grokray.plan.lattice import AdaptivePlan, AxisLattice, Lattice, RefineRules, parse_adaptive
 from grokray.plan.refine import Cell, fill, leaf_cells, majority, next_points
-from grokray.spec import build_spec, read_yaml
+from grokray.spec.build import build_spec, read_yaml
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml"
 N = 17
@@ -302,7 +302,7 @@ def test_cli_adaptive_dry_run(capsys):
     from grokray.plan.dry_run import ROUND_S, most_rounds
     from grokray.plan.estimate import SWEEP_S
     from grokray.plan.lattice import parse_adaptive
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     plan = parse_adaptive(load_spec(QUICKSTART, scale="smoke"), {})
     assert most_rounds(plan) == 5  # the start grid, 5 -> 9 -> 17 on each axis (measured: 4 rounds, 62 s)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from grokray.spec import build_spec, read_yaml
+from grokray.spec.build import build_spec, read_yaml
 
 pytestmark = pytest.mark.launch  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
 

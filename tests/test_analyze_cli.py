@@ -17,7 +17,7 @@ from analysis.artifacts import STATE_ARTIFACT, load_states, representation_metri
 from grokray.cli import main
 from grokray.engine import make_trainer
 from grokray.errors import SpecError
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 # three real launches on a local Ray (the module fixture `store`): the launch tier, not `make test`
 pytestmark = pytest.mark.launch

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.queries import children_query, parents_query
 from grokray.tracking.records import RunStatus
 from grokray.tracking.store import Store
@@ -38,7 +38,7 @@ def driver_script(tmp_path: Path, n: int) -> Path:
 from grokray.plan.expand import expand
 from grokray.run.launch import Launch
 from grokray.run.options import LaunchOptions
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.schema import EXPERIMENT_PATH_TAG
 
 

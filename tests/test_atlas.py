@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from grokray.atlas.plan import expected_text, plan_figure, title_text
 from grokray.errors import SpecError
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.client import counted_phase_of
 from grokray.tracking.mlflow_tracker import record
 
@@ -284,7 +284,7 @@ def test_a_piece_run_by_grokray_run_is_skipped_with_its_own_wall_time(local_ray,
     from grokray.atlas.build import build_atlas
     from grokray.run.grid import run_sweep
     from grokray.run.options import LaunchOptions
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "atlas"
     summary = run_sweep(load_spec(ROOT / "sweeps" / "quickstart.yaml", scale="smoke"),

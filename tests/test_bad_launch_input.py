@@ -178,7 +178,7 @@ def test_resume_is_answered_before_ray_starts_or_a_file_is_written(state, tmp_pa
     from mlflow.tracking import MlflowClient
 
     from grokray.cli import main
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
     from grokray.tracking.schema import EXPERIMENT_PATH_TAG, KIND_TAG, PARENT, ROLE_TAG, SPEC_HASH_TAG
 
     monkeypatch.chdir(tmp_path)

@@ -41,7 +41,7 @@ def method_pack(method, capture):
 
 
 def build(raw, overrides):
-    from grokray.spec import build_spec
+    from grokray.spec.build import build_spec
 
     return build_spec(raw, overrides).first_trial()
 

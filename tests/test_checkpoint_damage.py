@@ -16,7 +16,7 @@ from test_reliability import children
 
 from grokray.engine import CheckpointDamaged, load_checkpoint, make_trainer, save_checkpoint
 from grokray.engine.result import digest_path
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = {"task": {"name": "addition", "p": 6, "train_fraction": 0.6}, "model": {"name": "toy", "hidden": [8]},

@@ -45,7 +45,7 @@ def test_trials_run_on_both_nodes(two_nodes, tmp_path):
 
     from grokray.run.grid import run_sweep
     from grokray.run.options import LaunchOptions
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(nodes) == 2

@@ -22,7 +22,7 @@ from grokray.plan.estimate import (
     schedule,
 )
 from grokray.plan.expand import expand
-from grokray.spec import build_spec, load_spec
+from grokray.spec.build import build_spec, load_spec
 from grokray.tracking.history import measured_budget_use
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,14 +8,14 @@ import pytest
 import torch
 from test_pack import BASE, TRANSFORMER, alone, assert_same, configs
 
-from grokray.config import parse_optim
 from grokray.engine import PackTrainer, pack_signature
 from grokray.errors import SpecError
 from grokray.models.heads import ClassificationHead, log_stablemax
 from grokray.optim.degrok import hold_weight_norm_
 from grokray.optim.transforms import TRANSFORMS
 from grokray.optim.transforms.orthogonal import orthogonalize_
-from grokray.spec import build_spec
+from grokray.spec.blocks import parse_optim
+from grokray.spec.build import build_spec
 
 
 def transform(name: str, grad, **fields):
@@ -125,8 +125,8 @@ def test_loss_dtype_float64_takes_the_softmax_cross_entropy_of_float32_logits_in
 def test_muon_steps_as_torchs_muon_does_on_a_matrix():
     """One matrix, two steps, against torch.optim.Muon (Nesterov, AdamW-matched RMS). Torch orthogonalises in
     bfloat16, so the two agree to its rounding, not to float32's."""
-    from grokray.config import OptimConfig
     from grokray.optim.group import GroupOptimizer
+    from grokray.spec.blocks import OptimConfig
 
     torch.manual_seed(0)
     w0, grads = torch.randn(8, 5), [torch.randn(8, 5), torch.randn(8, 5)]

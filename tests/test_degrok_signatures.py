@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grokray.engine import PackTrainer
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 pytestmark = pytest.mark.library
 

@@ -7,7 +7,7 @@ import torch
 
 from grokray.engine import make_trainer
 from grokray.models.diagnostics import fourier_concentration, operand_columns
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 
 def residues(p):

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from grokray.engine import make_trainer
 from grokray.plan.expand import expand
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 from grokray.tracking.pack_runs import PackTracker
 
 SPEC = {

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from grokray.engine import PackTrainer, load_checkpoint, run_trial, save_checkpoint
-from grokray.spec import build_spec, load_spec
+from grokray.spec.build import build_spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,8 +87,8 @@ def test_stop_when_classified_stops_early():
 
 def test_core_imports_no_ray_mlflow_optuna():
     code = (
-        "import json, sys, grokray, grokray.cli, grokray.spec, grokray.engine;"
-        "from grokray.engine import run_trial; from grokray.spec import build_spec;"
+        "import json, sys, grokray, grokray.cli, grokray.spec.build, grokray.engine;"
+        "from grokray.engine import run_trial; from grokray.spec.build import build_spec;"
         f"r = run_trial(build_spec(json.loads({json.dumps(json.dumps(TOY))})).first_trial());"
         "mods = sorted(m for m in ('ray', 'mlflow', 'optuna') if m in sys.modules);"
         "print(json.dumps({'phase': r.phase, 'mods': mods}))"

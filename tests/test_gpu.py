@@ -88,7 +88,7 @@ def test_a_dry_run_sizes_packs_from_this_cards_memory_and_times_them_there():
 
     from grokray.plan.estimate import estimate_plan
     from grokray.plan.expand import expand
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml", ["resources.gpu=0.25"])
     plan = expand(spec, slots=4)
@@ -109,7 +109,7 @@ def test_a_quarter_gpu_share_trains_four_packs_at_once_on_the_card(tmp_path):
 
     from grokray.run.grid import run_sweep
     from grokray.run.options import LaunchOptions
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml",
                      ["resources.gpu=0.25", "resources.pack_size=5", "train.steps=6000", "phases.budget=6000",

@@ -166,7 +166,7 @@ def _children(tmp: Path, experiment: str) -> list:
 
 def test_the_bundle_runs_a_sweep_with_nothing_else_installed(offline_site):
     from grokray.phases import PHASES
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     _grokray(offline_site, "run", str(ROOT / "sweeps" / "quickstart.yaml"), "--scale", "smoke", timeout=900)
     expected = len(load_spec(ROOT / "sweeps" / "quickstart.yaml", scale="smoke").points())
@@ -176,7 +176,7 @@ def test_the_bundle_runs_a_sweep_with_nothing_else_installed(offline_site):
 
 
 def test_the_bundle_runs_a_search_with_nothing_else_installed(offline_site):
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     proc = _grokray(offline_site, "search", str(ROOT / "sweeps" / "degrok_toy.yaml"), "--scale", "smoke",
                     timeout=900)

@@ -14,7 +14,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from grokray.errors import SpecError
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from grokray.engine import PackTrainer
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 # The step to 95 % val the authors' loop gave at each seed (seed 0's is the paper's figure).

@@ -7,7 +7,7 @@ import pytest
 from analysis.diagram import phase_grid, undecodable
 from analysis.effective_theory import ideal_accuracy
 from grokray.engine import make_trainer
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 
 def test_ideal_accuracy_by_hand():

@@ -68,7 +68,7 @@ def test_trial_context_round_trips_and_the_worker_rejects_unknown_keys():
 def test_options_are_checked_before_anything_starts(field, value, flag, tmp_path):
     from grokray.errors import SpecError
     from grokray.run.grid import run_sweep
-    from grokray.spec import build_spec
+    from grokray.spec.build import build_spec
 
     spec = build_spec(yaml.safe_load(yaml.safe_dump(SPECS["grid"])))
     with pytest.raises(SpecError, match=flag):

@@ -5,7 +5,7 @@ import torch
 
 from grokray.engine import PackTrainer
 from grokray.models.layers import ACTIVATIONS, encode_inputs, linear, table_linear, table_ranges
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 TASKS = {
     "modular add": {"name": "modular", "op": "add", "p": 7},

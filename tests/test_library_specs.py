@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from grokray.atlas.plan import plan_figure
 from grokray.phases import PHASES
 from grokray.plan.expand import expand
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.schema import PHASE_TAG, SEARCH_PRUNED_TAG
 
 SPECS = sorted((Path(__file__).resolve().parents[1] / "sweeps").glob("*.yaml"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis.pipeline import analyze
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.queries import children_query
 from grokray.tracking.records import RunStatus
 from grokray.tracking.trackers import open_tracker

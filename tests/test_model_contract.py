@@ -8,7 +8,7 @@ import pytest
 
 from grokray.engine import PackTrainer, load_checkpoint, make_trainer, save_checkpoint
 from grokray.models import MODELS
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 FAMILIES = MODELS.names()
 

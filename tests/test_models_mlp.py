@@ -10,7 +10,7 @@ import pytest
 
 from grokray.engine import make_trainer
 from grokray.errors import SpecError
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 DIGITS = {
     "task": {"name": "images", "dataset": "digits", "train_size": 200},

@@ -10,7 +10,7 @@ Fraction 0.5, width 200, full batch. Measured:
 import pytest
 
 from grokray.engine import make_trainer
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 
 def run_pack(raw):

@@ -13,9 +13,9 @@ from grokray.engine import load_checkpoint, make_trainer, max_pack_size, run_tri
 from grokray.engine.rfm import RfmTrainer
 from grokray.errors import SpecError
 from grokray.models.rfm import agop, circulant_distance, kernel_matrix, matrix_power
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
+from grokray.spec.trial import parse_trial
 from grokray.tasks.algorithmic import ModularTask
-from grokray.trial import parse_trial
 
 # p = 31 at fraction 0.6: the smallest setting that groks within CI time for every seed tried (0-3, crossings at
 # iterations 13, 14, 13, 13; ~1.5 s each). The reference setting p = 61, fraction 0.5 is the slow test below.

@@ -3,7 +3,7 @@
 import pytest
 
 from grokray.engine import run_trial
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 ADDITION = {
     "task": {"name": "addition", "p": 10, "train_size": 45},

@@ -8,7 +8,7 @@ written out and held-out rows get their own forward (same function, other float3
 import pytest
 
 from grokray.engine import run_trial
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 BASE = {
     "task": {"name": "modular", "op": "add", "p": 23, "train_fraction": 0.5},

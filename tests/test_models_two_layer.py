@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from grokray.config import OptimConfig
 from grokray.engine import make_trainer
 from grokray.optim.group import GroupOptimizer
-from grokray.spec import build_spec
+from grokray.spec.blocks import OptimConfig
+from grokray.spec.build import build_spec
 from grokray.tasks.teacher import hermite3
 
 

@@ -8,8 +8,8 @@ alone, including a frozen member that must not move and a warmup. Data: torch.ma
 import pytest
 import torch
 
-from grokray.config import OptimConfig
 from grokray.optim.group import GroupOptimizer
+from grokray.spec.blocks import OptimConfig
 
 CONFIGS = [
     dict(lr=1e-2, weight_decay=0.0),
@@ -88,9 +88,9 @@ def test_every_optimizer_name_a_spec_may_give_is_a_registered_kind_and_sizing_as
     """optim/kinds: a kind declares its per-parameter state, and memory sizing counts what it declares (issue 54:
     member_bytes assumed Adam's two moments). The kinds are the one list a spec's optim.<group>.name is checked
     against (issue 72: it was also a Literal kept in sync by this test)."""
-    from grokray.config import parse_optim
     from grokray.errors import SpecError
     from grokray.optim.kinds import KINDS
+    from grokray.spec.blocks import parse_optim
 
     expected = {"adamw": 2, "adam": 2, "sgd": 1, "normalized_gd": 0, "langevin": 0, "muon": 3}
     assert set(expected) == set(KINDS)

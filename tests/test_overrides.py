@@ -7,7 +7,7 @@ import pytest
 
 from grokray.cli import main
 from grokray.errors import SpecError
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"

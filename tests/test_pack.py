@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grokray.engine import PackTrainer, load_checkpoint, pack_signature, save_checkpoint
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 BASE = {
     "task": {"name": "addition", "p": 10, "train_size": 45},

@@ -2,8 +2,8 @@
 
 import pytest
 
-from grokray.config import PhaseConfig
 from grokray.phases import PHASES, classify, gap, is_decided
+from grokray.spec.blocks import PhaseConfig
 
 CFG = PhaseConfig(threshold=0.9, budget=10_000, gap=1000)
 

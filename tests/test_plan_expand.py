@@ -10,7 +10,7 @@ import yaml
 from grokray.cli import main
 from grokray.engine import pack_signature
 from grokray.plan.expand import _deal, expand, format_value, run_name, short_names
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.schema import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def test_smoke_plan_covers_every_configuration_once():
 
 
 def test_explicit_pack_size_and_param_space_round_trip():
-    from grokray.trial import TrialConfig
+    from grokray.spec.trial import TrialConfig
 
     spec = load_spec(QUICKSTART, ["resources.pack_size=3"], scale="smoke")
     plan = expand(spec, slots=2)
@@ -129,8 +129,8 @@ def test_tune_stores_a_pack_as_its_base_and_each_members_diff_and_the_worker_get
     values, not its whole configuration (issue 41: 14 KB of experiment state per configuration before)."""
     import json
 
-    from grokray.plan.wire import compact_pack, full_pack
-    from grokray.trial import TrialConfig
+    from grokray.spec.trial import TrialConfig
+    from grokray.spec.wire import compact_pack, full_pack
 
     spec = load_spec(QUICKSTART, ["resources.pack_size=10"])
     plan = expand(spec, slots=2)
@@ -151,8 +151,8 @@ def test_planning_resolves_each_config_class_once_not_once_per_configuration(mon
     dataclasses' string annotations each time was 3/4 of that: 4 minutes of planning at 10^5 on 2 cores."""
     import typing
 
-    from grokray import config
     from grokray.plan.expand import Survey
+    from grokray.spec import blocks as config
 
     config.fields_and_hints.cache_clear()
     calls = []
@@ -184,7 +184,7 @@ def test_run_names_and_axes_write_a_number_the_same_way():
 def test_a_configuration_crosses_to_the_worker_as_its_own_data(stem):
     """Issue 62: a Tune worker rebuilds each configuration from its to_dict() (TrialConfig.from_dict), not by
     parsing a spec again; the round trip gives back the very configuration (every block, its tuples, its key)."""
-    from grokray.trial import TrialConfig
+    from grokray.spec.trial import TrialConfig
 
     spec = load_spec(ROOT / "sweeps" / f"{stem}.yaml")
     for index in sorted({0, spec.point_count() - 1}):

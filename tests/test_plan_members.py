@@ -6,13 +6,13 @@ import of the user's code. About 2 s."""
 import pytest
 from test_pack import BASE
 
-import grokray.spec as spec_module
-import grokray.trial as trial_module
+import grokray.spec.build as spec_module
+import grokray.spec.trial as trial_module
 from grokray.cli import main
 from grokray.models.user_module import ModuleConfig
 from grokray.plan.expand import Survey
-from grokray.spec import build_spec
-from grokray.trial import TrialConfig
+from grokray.spec.build import build_spec
+from grokray.spec.trial import TrialConfig
 
 USER = {"task": {"name": "modular", "op": "add", "p": 7, "train_fraction": 0.5},
         "model": {"name": "module", "factory": "userpkg.models:OneHotMLP", "kwargs": {"width": 8}},

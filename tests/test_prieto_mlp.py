@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from grokray.engine import PackTrainer
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 SPEC = Path(__file__).resolve().parent.parent / "sweeps" / "prieto_fig1_mlp.yaml"
 

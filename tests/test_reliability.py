@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from grokray.engine import make_trainer
 from grokray.engine.schedule import record_steps
 from grokray.plan.expand import expand
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.local_servers import LocalPostgres, MlflowServer, missing_reason
 
 pytestmark = pytest.mark.reliability

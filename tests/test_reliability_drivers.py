@@ -28,7 +28,7 @@ from grokray.engine.schedule import record_steps
 from grokray.objectives import objective_values
 from grokray.search.config import parse_search
 from grokray.search.study import trial_run_ids
-from grokray.spec import build_spec, load_spec, read_yaml
+from grokray.spec.build import build_spec, load_spec, read_yaml
 
 pytestmark = pytest.mark.reliability
 # The delivery path is the same on either store and for every driver (the launch layer's); tests/test_reliability.py

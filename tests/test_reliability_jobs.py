@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 from test_reliability import children, report, wait_for
 
 from grokray.engine.schedule import record_steps
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.supervisor import process_table
 from grokray.tracking.local_servers import LocalPostgres, MlflowServer, free_port, missing_reason
 

@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 from test_reliability import check_complete, replayed_dir, report, sweep_options, wait_for
 from test_reliability_drivers import adaptive_spec, check_children, search_overrides
 
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.supervisor import process_table, session_members
 from grokray.terminal import launch_end
 

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from test_reliability import children, report, wait_for
 from test_reliability_jobs import check_complete, sets
 
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.supervisor import process_table
 from grokray.tracking.local_servers import free_port
 

@@ -8,7 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from grokray.plan.expand import expand
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

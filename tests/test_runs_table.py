@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis.load import load_runs, runs_to_frame
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.mlflow_tracker import filter_string
 from grokray.tracking.parent import ParentRun
 from grokray.tracking.queries import children_query

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from grokray.plan.expand import Survey
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.worker.pack_files import store_packs
 
 ROOT = Path(__file__).resolve().parents[1]

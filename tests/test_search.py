@@ -10,7 +10,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from grokray.search.config import start_trial
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 pytestmark = pytest.mark.launch  # end-to-end launches on a local Ray: make launches (CI), docs/testing.md
 

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from grokray.errors import LaunchFinished, SpecError
 from grokray.search.config import parse_search
 from grokray.search.confirm import bootstrap_median, confirmed_best, parse_confirm, standing, top_settings
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "sweeps" / "degrok_toy.yaml"

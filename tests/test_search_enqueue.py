@@ -9,7 +9,7 @@ from grokray.errors import SpecError
 from grokray.search.config import parse_search
 from grokray.search.sampler import distributions, make_sampler
 from grokray.search.study import open_storage, open_study
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 DEGROK = Path(__file__).resolve().parents[1] / "sweeps" / "degrok_toy.yaml"
 

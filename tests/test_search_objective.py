@@ -14,7 +14,7 @@ from grokray.objectives import (
     time_to_generalize,
 )
 from grokray.search.config import parse_search, start_trial, trial_configs
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "sweeps" / "degrok_toy.yaml"
@@ -269,7 +269,7 @@ def test_a_searchs_figure_is_the_objective_against_each_parameter_titled_by_the_
     from grokray.search.artifacts import plot_slices
     from grokray.search.config import parse_search
     from grokray.search.sampler import distributions
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "degrok_toy.yaml", scale="smoke")
     cfg = parse_search(spec)

@@ -11,7 +11,7 @@ import pytest
 from grokray.errors import SpecError
 from grokray.search.config import parse_search
 from grokray.search.sampler import distributions, make_sampler, startup_trials
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 DEGROK = Path(__file__).resolve().parents[1] / "sweeps" / "degrok_toy.yaml"
 optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -142,7 +142,7 @@ class Payload:
 
 def test_a_crafted_pickle_checkpoint_is_rejected_and_never_runs(tmp_path):
     from grokray.engine import load_checkpoint, make_trainer
-    from grokray.spec import build_spec
+    from grokray.spec.build import build_spec
 
     canary = tmp_path / "pwned"
     spec = build_spec({"task": {"name": "modular", "p": 7, "train_fraction": 0.5},
@@ -184,7 +184,7 @@ CANARIES = {"GROKRAY_TEST_CANARY": "canary-env-7f3a", "MLFLOW_TRACKING_TOKEN": "
 def test_params_and_tags_hold_no_environment_values_or_credentials(tmp_path, monkeypatch):
     from grokray.engine import make_trainer
     from grokray.plan.expand import expand
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
     from grokray.tracking.pack_runs import PackTracker
 
     for name, value in CANARIES.items():

@@ -2,7 +2,7 @@
 
 from grokray.engine import PackTrainer
 from grokray.engine.sizing import CPU_WORKING_SET, MAX_GPU_PACK, MAX_PACK, auto_pack_size, member_bytes
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 TOY = {
     "task": {"name": "addition", "p": 10, "train_size": 45},

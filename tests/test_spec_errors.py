@@ -9,7 +9,7 @@ import yaml
 
 from grokray.cli import main
 from grokray.errors import SpecError
-from grokray.spec import build_spec, load_spec
+from grokray.spec.build import build_spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ CASES = {
 
 def test_a_seed_axis_is_the_seed_list():
     """`sweep.seed` used to be silently replaced by the default `seeds: [0]` (every point trained seed 0)."""
-    from grokray.spec import build_spec
+    from grokray.spec.build import build_spec
 
     spec = build_spec({**GOOD, "sweep": {"seed": {"range": [3, 6, 1]}, "optim.default.lr": {"values": [1e-3, 1e-2]}}})
     assert spec.seeds == [3, 4, 5] and [t.seed for t in spec.trials()] == [3, 4, 5, 3, 4, 5]
@@ -129,7 +129,7 @@ def test_every_mistake_is_reported_one_line_each(tmp_path, capsys):
 
 def test_a_typo_in_the_second_axis_is_reported_under_that_axis():
     from grokray.errors import SpecError
-    from grokray.spec import build_spec
+    from grokray.spec.build import build_spec
 
     raw = {**GOOD, "sweep": {"optim.default.lr": {"values": [1e-3, 1e-2]},
                              "optim.default.weight_decy": {"values": [0, 1]}}}
@@ -145,7 +145,7 @@ def test_the_resolved_spec_is_written_out_without_yaml_anchors():
 
     import yaml
 
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml", scale="smoke")
     assert "&id" in yaml.safe_dump(spec.raw, sort_keys=False)  # the case: a shared value
@@ -164,7 +164,7 @@ IDLE = {  # issue 52: a method's knob set without the method trains the same cur
 
 @pytest.mark.parametrize("override", list(IDLE))
 def test_a_field_that_does_nothing_here_is_an_error_naming_what_it_needs(override):
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     field, needs = IDLE[override]
     with pytest.raises(SpecError) as err:
@@ -176,7 +176,7 @@ def test_a_field_that_does_nothing_here_is_an_error_naming_what_it_needs(overrid
                                        ["optim.default.grad_filter=ma", "optim.default.filter_window=50"],
                                        ["optim.decoder.name=sgd", "optim.decoder.momentum=0.9"]])
 def test_the_same_fields_with_their_method_are_accepted(overrides):
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     assert load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides).first_trial()
 
@@ -202,7 +202,7 @@ def test_a_bad_option_is_one_line_naming_it_and_exit_2(argv, names):
 
 def test_a_bad_field_is_reported_even_where_a_preset_replaces_it(tmp_path):
     """Issue 52: `train.steps: "ten"` under --scale smoke was replaced by the preset before validation, and ran."""
-    from grokray.spec import load_spec
+    from grokray.spec.build import load_spec
 
     raw = yaml.safe_load((ROOT / "sweeps" / "quickstart.yaml").read_text())
     raw["train"]["steps"] = "ten"

@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 
 from grokray.search.config import parse_search
 from grokray.search.launch.searcher import StudySearcher
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 
 DEGROK = Path(__file__).resolve().parents[1] / "sweeps" / "degrok_toy.yaml"
 optuna.logging.set_verbosity(optuna.logging.ERROR)

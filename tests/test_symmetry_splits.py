@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grokray.errors import SpecError
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 
 def task(**fields):

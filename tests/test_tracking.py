@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from grokray.engine import make_trainer
 from grokray.plan.expand import expand
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.client import clean, is_secret
 from grokray.tracking.pack_runs import PackTracker
 from grokray.tracking.uri import resolve_tracking_uri

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from grokray.models import MODELS
-from grokray.spec import build_spec
+from grokray.spec.build import build_spec
 
 PUBLISHED = ["model.block=normed_residual", "model.init=pytorch", "model.head=tokens", "model.op_token=true",
              "model.activation=gelu"]

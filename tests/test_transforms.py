@@ -9,13 +9,13 @@ import pytest
 import torch
 from test_pack import BASE, alone, assert_same, configs
 
-from grokray.config import parse_optim
 from grokray.engine import PackTrainer, pack_signature
 from grokray.errors import SpecError
 from grokray.optim.group import GroupOptimizer
 from grokray.optim.kinds import KINDS
 from grokray.optim.transforms import TRANSFORMS, GradTransform, Setting, register, unregister
-from grokray.spec import build_spec
+from grokray.spec.blocks import parse_optim
+from grokray.spec.build import build_spec
 
 # A method of this file's own: g <- g + mu * (g - the previous gradient), mu per member; its state is that gradient.
 DELTA = Setting("grad_delta", bool, False, doc="a planted method")

@@ -15,7 +15,7 @@ import torch
 
 from grokray.engine import PackTrainer, make_trainer
 from grokray.errors import SpecError
-from grokray.spec import build_spec, load_spec
+from grokray.spec.build import build_spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 USERPKG = ROOT / "tests" / "fixtures" / "userpkg"

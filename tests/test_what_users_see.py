@@ -19,7 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from grokray.engine import make_trainer
-from grokray.spec import load_spec
+from grokray.spec.build import load_spec
 from grokray.tracking.local_servers import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -168,6 +168,30 @@ def test_a_stop_as_grokray_ui_starts_leaves_no_server(tmp_path, monkeypatch):
     finally:  # a failing run leaves no server behind either
         for proc in (p for p in started if group_alive(p.pid)):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("after_s", [0.5, 3.0])  # in the CLI's imports; as the server starts
+def test_a_sigterm_stops_grokray_ui_started_in_the_background_at_any_moment(tmp_path, after_s):
+    """Found by CI (the README test, under an xdist worker, where SIGINT is ignored): a SIGTERM that came while the
+    server started was turned into the ignored SIGINT and dropped, and `grokray ui` served on for half an hour.
+    About 5 s each (one real server)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(uri).create_experiment("e")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "grokray.cli", "ui", "--tracking-uri", uri, "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # a background shell's
+    try:
+        subprocess.run(["sleep", str(after_s)])
+        proc.terminate()
+        assert proc.wait(timeout=30) in (0, 130)  # stopped as Ctrl-C would stop it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    servers = subprocess.run(["pgrep", "-f", f"127.0.0.1:{port}"], capture_output=True, text=True).stdout.split()
+    for pid in servers:
+        os.kill(int(pid), signal.SIGKILL)
+    assert servers == []  # no gunicorn left on its port
 
 
 def plotted(url: str, profile: Path, timeout_s: float = 60.0) -> list[dict]:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..config import check_block, coerce
 from ..errors import SpecError
 from ..phases import PHASES
+from ..spec.blocks import check_block, coerce
 
 VIEWS = ("diagram", "fraction")
 BLOCK_KEYS = ("axes", "view", "pieces", "regions", "compare", "differences")

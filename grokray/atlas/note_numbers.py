@@ -19,7 +19,7 @@ import yaml
 from ..models.diagnostics import RQI_THRESHOLD
 from ..plan.estimate import LONG_SHARE
 from ..search.confirm import LEVEL
-from ..spec import load_spec
+from ..spec.build import load_spec
 from .note_fields import FIELD, HEADINGS, PageData
 
 # a number as a note prints it: 1,686 / 0.78 / 6.3e-3 / 1e5, not part of a word, a name or a version

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecError
-from ..spec import SCALES, Spec, build_spec, read_yaml
+from ..spec.build import SCALES, Spec, build_spec, read_yaml
 from ..tracking.schema import DRIVERS, driver_for
 from .config import AtlasConfig, Piece, parse_atlas
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from ..config import to_dict
+from ..spec.blocks import to_dict
 from .result import MemberResult
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import OptimConfig
 from ..contracts import CURVE_METRICS
 from ..models import MODELS
 from ..models.diagnostics import RQI_THRESHOLD
 from ..phases import crossing_metrics, summary_metric
+from ..spec.blocks import OptimConfig
 
 METRICS = CURVE_METRICS
 SPLIT_FIELDS = ("train_fraction", "train_size", "split_seed")

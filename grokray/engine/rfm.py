@@ -13,11 +13,11 @@ import time
 
 import torch
 
-from ..config import to_dict
 from ..errors import SpecError
 from ..models.rfm import RfmConfig, agop, circulant_distance, kernel_matrix, matrix_power, primitive_root_order, solve
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
+from ..spec.blocks import to_dict
 from ..tasks.algorithmic import is_prime
 from ..tasks.parallelograms import split_ideal_accuracy
 from .result import METRICS, MemberResult

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..config import bounded
+from ..spec.blocks import bounded
 from . import MODELS
 from .base import PackedModel
 from .heads import make_head

@@ -11,8 +11,8 @@ import warnings
 
 import torch
 
-from ..config import to_dict
 from ..errors import SpecError
+from ..spec.blocks import to_dict
 from ..user_code import import_reference
 from .user_module import (
     STATEFUL_NORMS,

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from ..config import bounded
 from ..errors import SpecError
+from ..spec.blocks import bounded
 from . import MODELS
 from .base import PackedModel
 from .heads import make_head

@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from ..config import bounded
+from ..spec.blocks import bounded
 from . import MODELS
 
 CHUNK = 2**22  # elements of one [rows, classes, dims] gradient block in the AGOP

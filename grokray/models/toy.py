@@ -8,8 +8,8 @@ from typing import Literal
 
 import torch
 
-from ..config import bounded
 from ..errors import SpecError
+from ..spec.blocks import bounded
 from . import MODELS
 from .base import PackedModel
 from .heads import ClassificationHead, TargetVectorHead, target_vectors

@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from ..config import bounded
+from ..spec.blocks import bounded
 from . import MODELS
 from .base import PackedModel
 from .diagnostics import teacher_alignment

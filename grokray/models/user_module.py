@@ -14,8 +14,8 @@ import torch
 from torch._C._functorch import _add_batch_dim, _remove_batch_dim, _vmap_decrement_nesting, _vmap_increment_nesting
 from torch._functorch.vmap import lazy_load_decompositions
 
-from ..config import bounded, unknown_key_error
 from ..errors import SpecError
+from ..spec.blocks import bounded, unknown_key_error
 from ..user_code import import_reference
 
 # Modules whose state changes in the forward (running statistics): the member's math would depend on its batches'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..capture import Captured
-from ..config import OptimConfig
+from ..spec.blocks import OptimConfig
 from . import primitives as P
 from .kinds import KINDS
 from .transforms import asked_transforms

@@ -19,8 +19,8 @@ from ..engine import max_pack_size, pack_signature
 from ..engine.sizing import build_within_probe, fitted_pack_size, local_gpu_free_bytes
 from ..errors import SpecError
 from ..numbers import short_number
-from ..spec import Spec
-from ..trial import TrialConfig
+from ..spec.build import Spec
+from ..spec.trial import TrialConfig
 from .members import member_config
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}

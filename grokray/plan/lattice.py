@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import coerce, parse_dataclass
 from ..errors import SpecError
-from ..spec import Spec
+from ..spec.blocks import coerce, parse_dataclass
+from ..spec.build import Spec
 
 Index = tuple[int, int]
 Trial = tuple[int, int, int]  # (i, j, seed)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 
-from ..config import OptimConfig, coerce, fields_and_hints, parse_optim
-from ..trial import TrialConfig
+from ..spec.blocks import OptimConfig, coerce, fields_and_hints, parse_optim
+from ..spec.trial import TrialConfig
 
 
 def member_config(first: TrialConfig, first_point: dict, point: dict, optim_blocks: dict) -> TrialConfig:

@@ -19,7 +19,7 @@ from ray import tune
 from ..plan.expand import check_budget, check_fits, expand
 from ..plan.lattice import AdaptivePlan, Index, PointSpec, Trial, parse_adaptive, trial_keys, trial_point
 from ..plan.refine import Refinement, next_points
-from ..spec import Spec
+from ..spec.build import Spec
 from ..tracking.client import StoreAway
 from ..tracking.schema import (
     ADAPTIVE_BUDGET_TAG,

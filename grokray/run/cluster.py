@@ -17,7 +17,7 @@ import ray
 
 from ..errors import RayDidNotStart, SpecError
 from ..plan.expand import local_slots
-from ..spec import Spec
+from ..spec.build import Spec
 from .options import DEFAULT_STORAGE, check_local_gpu_request
 from .signals import sigterm_as_ctrl_c
 

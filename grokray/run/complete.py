@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from ..spec import Spec, build_spec
+from ..spec.build import Spec, build_spec
 from ..tracking.parent import ParentRun
 from ..tracking.schema import (
     CONFIGURATIONS_TAG,

@@ -7,7 +7,7 @@ import time
 from ray import tune
 
 from ..plan.expand import Survey, check_budget, check_fits, check_size, swept_keys
-from ..spec import Spec
+from ..spec.build import Spec
 from ..tracking.schema import CONFIGURATIONS_TAG, EXPERIMENT_PATH_TAG, PACKS_TAG
 from .launch import Launch
 from .options import LaunchOptions, LaunchSummary

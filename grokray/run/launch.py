@@ -25,7 +25,7 @@ import ray
 from ray import tune
 
 from ..errors import LaunchFinished, SpecError
-from ..spec import Spec
+from ..spec.build import Spec
 from ..tracking.background import BackgroundDelivery
 from ..tracking.client import StoreAway, find_parent
 from ..tracking.drivers import dead_driver_pid, left_by_dead_driver

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..config import MAX_CONCURRENT, MAX_STEPS, MAX_WAIT_S
 from ..errors import Mistakes, SpecError
+from ..spec.blocks import MAX_CONCURRENT, MAX_STEPS, MAX_WAIT_S
 from ..tracking.records import RunStatus
 from ..tracking.uri import folder_problem, resolve_tracking_uri, tracking_uri_problem
 from .disk import space_problem

@@ -12,7 +12,7 @@ import tempfile
 import time
 
 from ..phases import ordered
-from ..spec import Spec
+from ..spec.build import Spec
 from ..tracking.parent import ParentRun
 from ..tracking.schema import ANALYSIS_DIR, DRIVERS, NOTE_TAG
 

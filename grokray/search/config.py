@@ -31,11 +31,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..config import MAX_CONCURRENT, MAX_TRIALS, check_block, coerce, unknown_key_error
 from ..errors import SpecError
 from ..plan.expand import Member, Pack, Plan
-from ..spec import TRIAL_KEYS, Spec
-from ..spec_rules import check_distinct, check_name
+from ..spec.blocks import MAX_CONCURRENT, MAX_TRIALS, check_block, coerce, unknown_key_error
+from ..spec.build import TRIAL_KEYS, Spec
+from ..spec.rules import check_distinct, check_name
 from .confirm import ConfirmConfig, parse_confirm
 
 OBJECTIVES = ("time_to_generalize", "grokking_gap")

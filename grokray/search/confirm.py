@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import coerce, unknown_key_error
 from ..errors import SpecError
+from ..spec.blocks import coerce, unknown_key_error
 
 CONFIRM_KEYS = ("top", "seeds")
 CONFIRM_ARTIFACT_DIR = "search"  # the stage's rows, on the search's parent: search/confirmation.csv

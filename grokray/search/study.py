@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from ..errors import SpecError
 from ..objectives import GENERALIZED, SEED_ATTRS, seed_vote
 from ..phases import crossing_metrics
-from ..spec import Spec
+from ..spec.build import Spec
 from ..tracking.records import RunStatus
 from ..tracking.schema import (
     CONFIRM_PENDING,

@@ -2,7 +2,7 @@
 
 Every dataclass here (and every task/model config) is parsed by `parse_dataclass`, which rejects unknown
 keys with the closest valid name, coerces YAML's loose numbers ("1e-3" is a string to PyYAML) and checks the
-bounds declared in field metadata. Nothing here knows about sweeps; `spec.py` builds on it.
+bounds declared in field metadata. Nothing here knows about sweeps; `build.py` builds on it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from .errors import Mistakes, SpecError, did_you_mean
+from ..errors import Mistakes, SpecError, did_you_mean
 
 # Upper bounds a launch could meet, so a typo (1e12 for 1e2) is refused in one line instead of launching a run
 # that never ends or never schedules (issue 71). Generous: each is far past any published setting.
@@ -32,9 +32,9 @@ MAX_WAIT_S = 7 * 86400  # --report-every, --delivery-wait: a week
 
 def optim_declarations():
     """The optimizer kinds and gradient transforms (optim/kinds, optim/transforms), loaded when an optimizer's
-    configuration is first built: they import torch, and `import grokray.config` (a tracker's, the analysis') does
+    configuration is first built: they import torch, and `import grokray.spec.blocks` (a tracker's, the analysis') does
     not."""
-    from .optim import kinds, transforms
+    from ..optim import kinds, transforms
 
     return kinds, transforms
 

@@ -1,6 +1,6 @@
 """The YAML spec: load safely, apply overrides, validate everything, expand the sweep into trial configs.
 
-A *trial config* (grokray/trial.py) is one fully resolved configuration (task, model, optim groups, train, phases,
+A *trial config* (grokray/spec/trial.py) is one fully resolved configuration (task, model, optim groups, train, phases,
 seed). A *spec* is a base trial config plus sweep axes, seeds, resources and presets. Every point of the sweep is
 parsed here, so a typo anywhere fails before any trial starts."""
 
@@ -17,11 +17,10 @@ from typing import Literal
 import numpy as np
 import yaml
 
-from .config import MAX_CPUS, MAX_PACK, bounded, coerce, parse_dataclass, unknown_key_error
-from .errors import Mistakes, SpecError
-from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
-from .spec_file import read_yaml
-from .spec_keys import (
+from ..errors import Mistakes, SpecError
+from .blocks import MAX_CPUS, MAX_PACK, bounded, coerce, parse_dataclass, unknown_key_error
+from .file import read_yaml
+from .keys import (
     AXIS_KINDS,
     MAX_AXIS_POINTS,
     PRESETS,
@@ -31,7 +30,8 @@ from .spec_keys import (
     TRIAL_KEYS,
     UNHASHED_KEYS,
 )
-from .spec_rules import check_distinct, check_name
+from .overrides import PlainDumper, apply_preset, check_top, parse_value, set_dotted, set_override
+from .rules import check_distinct, check_name
 from .trial import TrialConfig, parse_trial
 
 

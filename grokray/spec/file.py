@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SpecError
-from .spec_keys import SPEC_KEYS
+from ..errors import SpecError
+from .keys import SPEC_KEYS
 
 MAX_VALUES = 100_000  # values a spec may hold once its YAML aliases are expanded
 

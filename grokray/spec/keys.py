@@ -1,5 +1,5 @@
 """The spec's vocabulary: its top-level keys, scales and axis kinds, and the bounds every spec obeys. Pure names,
-read by spec.py, overrides.py and the atlas, so a key spelled twice cannot drift."""
+read by build.py, overrides.py, the CLI parser and the atlas, so a key spelled twice cannot drift."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import yaml
 
-from .config import unknown_key_error
-from .errors import SpecError
-from .spec_keys import AXIS_KINDS, SPEC_KEYS
+from ..errors import SpecError
+from .blocks import unknown_key_error
+from .keys import AXIS_KINDS, SPEC_KEYS
 
 
 class PlainDumper(yaml.SafeDumper):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .errors import SpecError
+from ..errors import SpecError
 
 MAX_NAME = 100  # Tune names its experiment folder `<name>_<timestamp>`, and a file name has at most 255 bytes
 

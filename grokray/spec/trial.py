@@ -11,7 +11,12 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from .config import (
+from ..contracts import family_groups
+from ..errors import Mistakes, SpecError
+from ..models import MODELS
+from ..optim.transforms import TRANSFORMS, asked_transforms
+from ..tasks import TASKS
+from .blocks import (
     OptimConfig,
     PhaseConfig,
     TrainConfig,
@@ -23,12 +28,7 @@ from .config import (
     to_dict,
     unknown_key_error,
 )
-from .contracts import family_groups
-from .errors import Mistakes, SpecError
-from .models import MODELS
-from .optim.transforms import TRANSFORMS, asked_transforms
-from .spec_keys import SEED_RANGE, TRIAL_KEYS
-from .tasks import TASKS
+from .keys import SEED_RANGE, TRIAL_KEYS
 
 
 @dataclass

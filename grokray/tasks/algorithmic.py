@@ -8,8 +8,8 @@ from typing import Literal
 
 import torch
 
-from ..config import bounded
 from ..errors import SpecError
+from ..spec.blocks import bounded
 from . import TASKS
 from .base import SplitFields, TaskData, drawn_split, random_split
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..config import bounded
 from ..errors import SpecError
+from ..spec.blocks import bounded
 
 
 @dataclass

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import bounded
 from ..errors import SpecError
+from ..spec.blocks import bounded
 from ..user_code import import_reference
 from . import TASKS
 from .algorithmic import SplitTask

@@ -19,8 +19,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from ..config import bounded
 from ..errors import SpecError
+from ..spec.blocks import bounded
 from . import TASKS
 from .base import TaskData, random_split
 

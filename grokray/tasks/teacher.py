@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import bounded
+from ..spec.blocks import bounded
 from . import TASKS
 from .base import TaskData
 

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
-from ..config import only_known_fields
 from ..phases import counted_phase
+from ..spec.blocks import only_known_fields
 from .client import StoreAway, clean, counted_phase_of, create_run_once, now_ms, retry, search_all
 from .delivery import Courier, replay_dir, resolve_parent
 from .queries import children_query

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..config import only_known_fields
+from ..spec.blocks import only_known_fields
 from ..tracking.pack_runs import RunTarget
 
 

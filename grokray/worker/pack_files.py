@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from ..plan.wire import compact_pack, full_pack
+from ..spec.wire import compact_pack, full_pack
 
 PACKS_DIR = "grokray-packs"
 

@@ -24,9 +24,9 @@ from ..engine.sizing import usable_threads
 from ..engine.states import STATE_ARTIFACT
 from ..objectives import report_metrics
 from ..phases import counted_phase
-from ..spec import device_for
+from ..spec.build import device_for
+from ..spec.trial import TrialConfig
 from ..tracking.pack_runs import PackTracker
-from ..trial import TrialConfig
 from ..user_code import add_code_paths
 from .context import TrialContext
 from .pack_files import load_pack

@@ -24,7 +24,7 @@ from ...objectives import OBJECTIVE_FNS
 from ...phases import crossing_metrics
 from ...run.cluster import resolve_storage
 from ...run.options import LaunchOptions
-from ...spec import Spec, build_spec
+from ...spec.build import Spec, build_spec
 from ...tracking.schema import CONFIRM_PENDING, CONFIRM_TAG, PHASE_TAG
 from ...tracking.store import Store
 from ..config import SearchConfig, parse_search

@@ -23,7 +23,7 @@ from ...plan.expand import check_budget, check_fits
 from ...run.cluster import check_gpu_request, resolve_storage
 from ...run.launch import Launch
 from ...run.options import LaunchOptions, LaunchSummary
-from ...spec import Spec
+from ...spec.build import Spec
 from ...tracking.records import RunStatus
 from ...tracking.uri import resolve_tracking_uri
 from ..config import SearchConfig, parse_search, trial_config, trial_configs

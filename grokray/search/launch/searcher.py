@@ -14,8 +14,8 @@ from ray.tune.search import Searcher
 
 from ...objectives import SEED_ATTRS, trial_key
 from ...plan.expand import run_name
-from ...plan.wire import compact_pack
-from ...spec import Spec
+from ...spec.build import Spec
+from ...spec.wire import compact_pack
 from ...tracking.schema import SEARCH_STUDY_TAG, SEARCH_TRIAL_TAG
 from ..config import SearchConfig, trial_configs
 from ..sampler import distributions

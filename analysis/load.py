@@ -246,14 +246,20 @@ def _experiment_id(store, experiment: str) -> str:
 
 def load_runs(experiment: str | None = None, parent_run_id: str | None = None, tracking_uri: str | None = None, *,
               latest_parent: bool = False, narrow: bool = False, keep: Iterable[str] = ()) -> pd.DataFrame:
-    """Child runs (one per configuration) of an experiment or of one parent run, as a DataFrame (see runs_to_frame).
+    """Child runs (one per configuration) of an experiment or of one parent run, as a DataFrame (see runs_to_frame):
+    a row a configuration, with its swept params, phase and crossing steps, as `grokray analyze` reads them.
 
-    experiment: spec name (or experiment id). All child runs of all its parent runs are returned, with a
-    parent_run_id column; latest_parent=True keeps only the children of the most recently started parent.
-    parent_run_id: one `grokray run`.
-    tracking_uri: default MLFLOW_TRACKING_URI, else sqlite:///mlflow.db.
-    narrow: only the columns a phase diagram reads, and the params in keep (runs_to_frame); one launch's runs
-    are then streamed, never all held at once.
+    Args:
+        experiment: the spec's name (or the experiment's id). Every child run of all its parent runs is returned,
+            with a parent_run_id column.
+        parent_run_id: one `grokray run` instead (give exactly one of experiment and parent_run_id).
+        tracking_uri: the store; default MLFLOW_TRACKING_URI, else sqlite:///mlflow.db.
+        latest_parent: keep only the children of the most recently started parent.
+        narrow: only the columns a phase diagram reads, and the params in `keep`; one launch's runs are then
+            streamed, never all held at once.
+        keep: params kept by a narrow frame.
+
+    Example: `grokray.load_runs("quickstart").groupby("phase").size()`
     """
     if (experiment is None) == (parent_run_id is None):
         raise ValueError("give exactly one of experiment= or parent_run_id=")
@@ -321,12 +327,20 @@ def parent_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFram
     return df.sort_values("start_time", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def load_curves(run_ids: Sequence[str], tracking_uri: str | None = None,
+def load_curves(run_ids: Sequence[str], tracking_uri: str | None = None, *,
                 keys: Sequence[str] = ("train/acc", "val/acc"), max_workers: int = 8) -> pd.DataFrame:
     """Step series of selected runs as a long frame (run_id, key, step, value), sorted by run, key, step.
 
     One get_metric_history request per (run, key) returns the whole series (MLflow pages it internally); never
     a request per step. Against a server the requests run in a thread pool; a SQLite store is read serially.
+
+    Args:
+        run_ids: the child runs (load_runs' run_id column).
+        tracking_uri: the store; default MLFLOW_TRACKING_URI, else sqlite:///mlflow.db.
+        keys: the metrics read.
+        max_workers: concurrent requests against a server.
+
+    Example: `grokray.load_curves(runs.run_id[:4]).pivot_table("value", ["run_id", "step"], "key")`
     """
     store = open_store(tracking_uri)
     jobs = [(r, k) for r in dict.fromkeys(run_ids) for k in keys]

@@ -69,3 +69,23 @@ def test_a_bad_spec_raises_naming_the_field_and_writes_nothing(tmp_path):
     with pytest.raises(SpecError, match="train_size"):
         grokray.train_pack(QUICKSTART, ["task.train_size=0"])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_exported_function_documents_each_parameter_and_takes_keywords_past_the_third(tmp_path):
+    """Issue 72's public surface: what `grokray` exports is what a notebook calls; each function's docstring
+    has an Args: section naming every parameter, and a parameter past the third is keyword-only. About 2 s
+    (MLflow's import)."""
+    import inspect
+
+    functions = {name: getattr(grokray, name) for name in grokray.__all__ if inspect.isfunction(getattr(grokray, name))}
+    assert set(functions) == {"load", "load_curves", "load_runs", "open_tracker", "sweep", "train_pack"}
+    for name, fn in functions.items():
+        doc = inspect.getdoc(fn) or ""
+        assert "Args:" in doc, name
+        args = doc.split("Args:", 1)[1]
+        params = inspect.signature(fn).parameters.values()
+        assert [p.name for p in params if not re.search(rf"^\s+(\w+, )*{p.name}(, \w+)*:", args, re.M)] == [], name
+        positional = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        assert len(positional) <= 3, (name, positional)
+    store = grokray.open_tracker(f"sqlite:///{tmp_path}/mlflow.db", prepare=True)
+    assert store.experiment_id("none") is None and grokray.load_runs.__module__ == "analysis.load"

@@ -39,9 +39,18 @@ def warm_store(uri: str) -> None:
 
 
 def open_tracker(uri: str, spooled: bool = False, prepare: bool = False) -> Tracker:
-    """The store at `uri`. `spooled`: for a launch's writers, whose spool holds what the store does not take, so a
-    server that is away is given up on in seconds. `prepare`: the launch's driver, once, before anything else opens
-    the store (a new SQLite file made ready); the packs' workers do not repeat it."""
+    """The store at `uri` as a Tracker (contracts.py): the runs, params, tags and curves grokray wrote, read and
+    written the same way whatever the backend.
+
+    Args:
+        uri: a tracking URI: sqlite:///FILE, postgresql://..., http://HOST:PORT (an `mlflow server`), or memory://NAME.
+        spooled: for a launch's writers, whose spool holds what the store does not take, so a server that is away
+            is given up on in seconds.
+        prepare: the launch's driver, once, before anything else opens the store (a new SQLite file made ready);
+            the packs' workers do not repeat it.
+
+    Example: `grokray.open_tracker("sqlite:///mlflow.db")`
+    """
     if is_memory(uri):
         from .memory import open_memory
 

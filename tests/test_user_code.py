@@ -38,7 +38,7 @@ TRANSFORMER = {"task": {"name": "modular", "p": 7, "train_fraction": 0.6},
                "model": {"name": "module", "factory": "examples.tiny_transformer:TinyTransformer",
                          "kwargs": {"d_model": 8, "n_heads": 2, "d_mlp": 16}},
                "optim": {"default": {"name": "adamw", "lr": 1e-2, "weight_decay": 1.0}},
-               "train": {"steps": 30}, "phases": {"budget": 30, "stop_when_classified": False}}
+               "train": {"steps": 30, "dtype": "float64"}, "phases": {"budget": 30, "stop_when_classified": False}}
 
 
 def _transformer(monkeypatch):
@@ -54,8 +54,8 @@ def final_params(configs) -> list[dict]:
 
 
 # The two modules of issue 70 written the ordinary way: one_hot().float() (so float32), and nn.MultiheadAttention
-# in float64 (float32 rounding turns an attention key bias's zero gradient into Adam's full step, in a plain loop
-# and a pack alike but not identically)
+# in float64, as TRANSFORMER above (float32 rounding turns an attention key bias's zero gradient into Adam's full
+# step, in a plain loop, a lone run and a pack alike but not identically; the bias does not change the function)
 ORDINARY = {
     "onehot": {"task": {"name": "modular", "op": "mul", "p": 11, "train_fraction": 0.3},
                "model": {"name": "module", "factory": "userpkg.models:OneHotMLP", "kwargs": {"width": 16}},

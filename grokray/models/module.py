@@ -46,6 +46,9 @@ class ModuleFamily(PackedModel):
         self._modules_built: list[torch.nn.Module] = []
         self._params: tuple = (None, {})  # (the leaves they view, {name: stacked parameter}): rebuilt on compaction
         self._training: bool | None = None  # the module's mode now: Module.train walks every submodule
+        # a pack built of one member calls the module plainly for its whole run, compacted packs keep vmap: a
+        # member's rounding never changes mid-run (Functional says why)
+        self.solo = len(configs) == 1
         super().__init__(configs, data, seeds, init_scales, dtype, device)
 
     @classmethod
@@ -100,7 +103,8 @@ class ModuleFamily(PackedModel):
         self.member_buffers = {n: b.index_select(0, idx) for n, b in self.member_buffers.items()}
 
     def forward(self, x, rng=None):
-        out = self._run(lambda params: self.functional(params, self.member_buffers, x), x.device, rng)
+        call = self.functional.solo if self.solo else self.functional
+        out = self._run(lambda params: call(params, self.member_buffers, x), x.device, rng)
         return out.unsqueeze(-1) if out.dim() == 2 else out
 
     def measures_jointly(self, n_points: int) -> bool:

@@ -30,7 +30,6 @@ from grokray.tracking.schema import (
     MODEL_TAG,
     PACK_ID_TAG,
     PARENT,
-    PARENT_ID_TAG,
     PHASE_COUNT_TAG,
     PHASE_TAG,
     ROLE_TAG,
@@ -48,7 +47,6 @@ __all__ = ["DEFAULT_TRACKING_URI", "SERIES", "load_curves", "load_runs", "parent
 
 SERIES = CURVE_METRICS  # step series: not summary columns
 _TAG_COLUMNS = {
-    PARENT_ID_TAG: "parent_run_id",
     PHASE_TAG: "phase",
     MODEL_TAG: "model",
     TASK_TAG: "task",
@@ -170,8 +168,9 @@ class FrameBuilder:
         tags, metrics = r.tags, r.metrics
         row = {} if narrow else {"run_id": r.run_id, "status": r.status, "start_time": r.start_ms,
                                  "run_name": r.name}
+        row["parent_run_id"] = None if r.parent_id is None else shared(r.parent_id)
         for tag, col in _TAG_COLUMNS.items():
-            if not narrow or col in ("phase", "model", "task", "parent_run_id", "trial_key"):  # key: a pool dedupes
+            if not narrow or col in ("phase", "model", "task", "trial_key"):  # key: a pool dedupes
                 row[col] = None if tags.get(tag) is None else shared(tags[tag])
         run_swept = _json_list(tags.get(SWEPT_TAG))
         for k, v in r.params.items():
@@ -221,8 +220,8 @@ class FrameBuilder:
         params += _default_group_axes(df, swept)
         for k in ("step_train", "step_val", "gap"):
             df[k] = pd.to_numeric(df[k], errors="coerce")
-        metric_cols = [c for c in df.columns if c not in params and c not in _TAG_COLUMNS.values()
-                       and c not in {"run_id", "run_name", "status", "start_time", "step_train", "step_val", "gap"}]
+        metric_cols = [c for c in df.columns if c not in params and c not in _TAG_COLUMNS.values() and c not in
+                       {"run_id", "parent_run_id", "run_name", "status", "start_time", "step_train", "step_val", "gap"}]
         finals = sorted(c for c in metric_cols if c.startswith("final/"))
         others = sorted(c for c in metric_cols if not c.startswith("final/") and c != "steps_run")
         ordered_params = [k for k in swept if k in params] + [k for k in params if k not in swept]

@@ -83,7 +83,6 @@ def child(spec, i: int, parent: str) -> tuple[dict, dict, dict]:
         LOG_AXES_TAG,
         MODEL_TAG,
         PACK_ID_TAG,
-        PARENT_ID_TAG,
         PHASE_TAG,
         ROLE_TAG,
         SWEPT_TAG,
@@ -94,7 +93,7 @@ def child(spec, i: int, parent: str) -> tuple[dict, dict, dict]:
 
     phase = PHASES[(i // 10) % len(PHASES)]
     swept = ["optim.decoder.lr", "optim.decoder.weight_decay", "seed"]
-    tags = clean({PARENT_ID_TAG: parent, ROLE_TAG: CONFIGURATION, MODEL_TAG: "toy", TASK_TAG: "addition",
+    tags = clean({ROLE_TAG: CONFIGURATION, MODEL_TAG: "toy", TASK_TAG: "addition",
                   TRIAL_KEY_TAG: f"{i:016x}", SWEPT_TAG: swept, PACK_ID_TAG: f"pack-{i // PACK:04d}",
                   LOG_AXES_TAG: ["optim.decoder.lr"], PHASE_TAG: phase})
     metrics = {"train/acc": 0.1, "val/acc": 0.1, "train/loss": 1.0, "val/loss": 1.0, "weight_norm": 4.0,
@@ -119,7 +118,7 @@ def fill(uri: str, n: int) -> str:
     parent = tracker.create_run(exp_id, "close", {ROLE_TAG: PARENT}, None)
     for i in range(n):
         tags, params, metrics = child(spec, i, parent)
-        run = tracker.create_run(exp_id, f"run-{i}", tags, None)
+        run = tracker.create_run(exp_id, f"run-{i}", tags, None, parent_id=parent)
         tracker.log(run, [(k, v, 0, 0) for k, v in metrics.items()], params)
         tracker.set_status(run, RunStatus.FINISHED)
     return parent
@@ -129,12 +128,12 @@ def fill_by_copies(db: Path, n: int) -> str:
     """A parent of n children: PACK of them run by run (fill), then copied in the SQLite file, copy c as pack c."""
     import sqlite3
 
-    from grokray.tracking.schema import PARENT_ID_TAG
+    from grokray.tracking.mlflow_tracker import PARENT_TAG  # copies rows of MLflow's own tables
 
     parent = fill(f"sqlite:///{db}", PACK)
     con = sqlite3.connect(db)
     con.execute("CREATE TEMP TABLE m AS SELECT run_uuid AS old, '' AS new FROM tags WHERE key = ? AND value = ?",
-                (PARENT_ID_TAG, parent))
+                (PARENT_TAG, parent))
     value = {"tags": "CASE t.key WHEN 'grokray.trial_key' THEN t.value || printf('-%04d', :c) "
                      "WHEN 'grokray.pack_id' THEN printf('pack-%04d', :c) ELSE t.value END",
              "params": "CASE t.key WHEN 'optim.decoder.weight_decay' THEN CAST(CAST(t.value AS REAL) + 100 * :c AS "
@@ -172,7 +171,7 @@ def table_only(uri: str, n: int, work: Path) -> str:
         for i in range(n):
             tags, params, metrics = child(spec, i, parent)
             out.write(record_line(RunRecord(f"{i:032x}", f"run-{i}", exp_id, RunStatus.FINISHED, 0, 1,
-                                            params, tags, metrics)))
+                                            params, tags, metrics, parent)))
     tracker.log_artifact(parent, path, str(Path(RUNS_SUMMARY_ARTIFACT).parent))
     tracker.log(parent, tags={RUNS_SUMMARY_TAG: str(n)})
     tracker.set_status(parent, RunStatus.FINISHED)

@@ -265,7 +265,7 @@ def prefill(pg, uri: str, runs: int) -> float:
     instead of the hours a 10^5 launch takes. Returns the seconds it took."""
     import psycopg
 
-    from grokray.tracking.schema import PARENT_ID_TAG
+    from grokray.tracking.mlflow_tracker import PARENT_TAG  # the SQL below writes MLflow's own tables
     from grokray.tracking.trackers import open_tracker
 
     t0 = time.time()
@@ -273,7 +273,7 @@ def prefill(pg, uri: str, runs: int) -> float:
     experiment = tracker.ensure_experiment("prefill")
     parent = tracker.create_run(experiment, "prefill", {}, None)
     with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="mlflow") as con:
-        sql = PREFILL_SQL.format(runs=runs, experiment=experiment, parent=parent, parent_tag=PARENT_ID_TAG)
+        sql = PREFILL_SQL.format(runs=runs, experiment=experiment, parent=parent, parent_tag=PARENT_TAG)
         for statement in sql.split(";"):
             if statement.strip():
                 con.execute(statement)

@@ -1,7 +1,8 @@
 """The contracts the rest of grokray relies on, as Protocols: what a model family declares, what a trainer does,
-and what a tracker (a store of runs) does. The engine, the sweep layer and the sizing probe call these and nothing
-else, so a new family, trainer or tracker is checked against one list (tests/test_model_contract.py runs every
-registered family through it; tests/test_tracker_contract.py every tracker).
+and what a driver declares. The engine, the sweep layer and the sizing probe call these and nothing else, so a new
+family or trainer is checked against one list (tests/test_model_contract.py runs every registered family through
+it). What a tracker (a store of runs) does is written beside the records it trades in, typed by them:
+tracking/records.py's Tracker (tests/test_tracker_contract.py runs every tracker through it).
 """
 
 from __future__ import annotations
@@ -71,67 +72,6 @@ class Trainer(Protocol):
 
     def member_bytes(self) -> int:
         """Memory one member needs (the sizing probe's measure)."""
-
-
-@runtime_checkable
-class Tracker(Protocol):
-    """One tracking store, in grokray's words: experiments by name, runs as RunRecords (their status a RunStatus),
-    curves as Points, artifacts as files. `tracking.open_tracker(uri)` returns one: MLflow's is the real one
-    (tracking/mlflow_tracker.py), tracking/memory.py the one tests use. Everything that writes or reads runs (a
-    launch's parent, a pack's runs, delivery and replay, the readers' Store) is written against this list, so a new
-    backend is one class in tracking/ that passes tests/test_tracker_contract.py. Failures a caller may retry later
-    (the store is away) are those tracking.client.is_transient accepts; a missing run raises RunNotFound."""
-
-    uri: str
-
-    def experiment_id(self, name: str) -> str | None:
-        """The id of the experiment `name`, or None."""
-
-    def ensure_experiment(self, name: str) -> str:
-        """The id of the experiment `name`, made (or restored, if deleted) when it is not there."""
-
-    def experiments(self) -> dict[str, str]:
-        """id -> name of every experiment."""
-
-    def create_run(self, experiment_id: str, name: str, tags: dict[str, str], start_ms: int | None) -> str:
-        """A new RUNNING run; its id."""
-
-    def get_run(self, run_id: str) -> Any:
-        """The run as a RunRecord (its metrics: each key's latest value); RunNotFound if absent or deleted."""
-
-    def search(self, experiment_ids: list[str], query: Any, page_size: int = 1000,
-               page_token: str | None = None) -> tuple[list, str | None]:
-        """One page of the runs that match a RunQuery, newest start first, and the token of the next (None: last)."""
-
-    def log(self, run_id: str, points: list | None = None, params: dict[str, str] | None = None,
-            tags: dict[str, str] | None = None) -> int:
-        """Curve points ((key, value, timestamp_ms, step) each), params and tags, however many: the tracker splits
-        them within its own limits. Returns the requests it took."""
-
-    def delete_tag(self, run_id: str, key: str) -> None: ...
-
-    def set_status(self, run_id: str, status: Any, end_ms: int | None = None) -> None:
-        """RunStatus.RUNNING reopens a run; any other ends it at `end_ms` (default: now)."""
-
-    def delete_run(self, run_id: str) -> None: ...
-
-    def curve(self, run_id: str, key: str) -> list:
-        """Every logged Point of one metric, by step."""
-
-    def latest_steps(self, run_id: str) -> dict[str, int]:
-        """Metric key -> the step of its latest logged point."""
-
-    def artifact_paths(self, run_id: str, folder: str | None = None) -> list[str]:
-        """The artifact paths directly under `folder` (the run's root if None)."""
-
-    def log_artifact(self, run_id: str, local: Any, folder: str | None = None) -> None:
-        """A local file, stored as `folder/<its name>`."""
-
-    def log_text(self, run_id: str, text: str, path: str) -> None: ...
-
-    def download(self, run_id: str, path: str, dst: Any) -> Any:
-        """One artifact (a file, or a folder with what is under it) into the folder dst under its own name (a/b.png:
-        dst/b.png); the local Path."""
 
 
 @dataclass(frozen=True)

@@ -161,19 +161,19 @@ def test_generalization_vs_fraction_critical_point():
 
 def test_runs_to_frame_from_run_records():
     def run(i, lr, wd, seed, phase, metrics):
-        tags = {"mlflow.parentRunId": "P", "grokray.phase": phase, "grokray.model": "toy", "grokray.task": "addition",
+        tags = {"grokray.phase": phase, "grokray.model": "toy", "grokray.task": "addition",
                 "grokray.trial_key": f"k{i}", "grokray.pack_id": "pack0", "grokray.swept": json.dumps([X, Y, "seed"]),
                 "grokray.log_axes": json.dumps([X])}
         params = {X: str(lr), Y: str(wd), "seed": str(seed), "model.activation": "tanh", "task.train_fraction": "None",
                   "model.hidden": "[200, 200]"}
-        return RunRecord(f"r{i}", f"run {i}", "1", "FINISHED", i, None, params, tags, metrics)
+        return RunRecord(f"r{i}", f"run {i}", "1", "FINISHED", i, None, params, tags, metrics, parent_id="P")
 
     df = runs_to_frame([
         run(0, 1e-4, 0, 0, "grokking", {"step_train_acc_0.9": 10.0, "step_val_acc_0.9": 3000.0, "grokking_gap": 2990.0,
                                          "final/val/acc": 1.0, "steps_run": 3000.0, "val/acc": 1.0}),
         run(1, 0.00031622776601683794, 1, 0, "memorization", {"step_train_acc_0.9": 10.0, "final/val/acc": 0.2}),
     ])
-    assert df["run_id"].tolist() == ["r0", "r1"]
+    assert df["run_id"].tolist() == ["r0", "r1"] and df["parent_run_id"].tolist() == ["P", "P"]
     assert list(df.columns[:6]) == ["run_id", "parent_run_id", "run_name", X, Y, "seed"]
     assert df[X].dtype == float and df[Y].dtype == np.int64 and df["seed"].dtype == np.int64
     assert df["model.activation"].tolist() == ["tanh", "tanh"]
@@ -189,10 +189,10 @@ def test_runs_to_frame_from_run_records():
 def test_a_swept_default_group_field_gets_its_column_back():
     """`optim.default.weight_decay` is logged as each group's own param; the swept axis must still be a column."""
     def run(i, wd):
-        tags = {"mlflow.parentRunId": "P", "grokray.phase": "grokking",
+        tags = {"grokray.phase": "grokking",
                 "grokray.swept": json.dumps(["optim.default.weight_decay", "seed"])}
         params = {"optim.hidden.weight_decay": str(wd), "optim.last.weight_decay": str(wd), "seed": "0"}
-        return RunRecord(f"r{i}", "", "1", "FINISHED", i, None, params, tags, {})
+        return RunRecord(f"r{i}", "", "1", "FINISHED", i, None, params, tags, {}, parent_id="P")
 
     df = runs_to_frame([run(0, 0.1), run(1, 3.0)])
     assert df["optim.default.weight_decay"].tolist() == [0.1, 3.0]

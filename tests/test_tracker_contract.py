@@ -1,13 +1,12 @@
-"""The Tracker contract (grokray.contracts.Tracker), run against every backend: MLflow on a SQLite file, the in-memory
-store in this process, and the same store reached over its socket as a Ray worker reaches it. A new backend joins
-BACKENDS and passes these before anything above tracking/ uses it."""
+"""The Tracker contract (grokray.tracking.records.Tracker), run against every backend: MLflow on a SQLite file, the
+in-memory store in this process, and the same store reached over its socket as a Ray worker reaches it. A new
+backend joins BACKENDS and passes these before anything above tracking/ uses it."""
 
 import pytest
 
-from grokray.contracts import Tracker
 from grokray.tracking.client import is_transient, search_all
 from grokray.tracking.queries import children_query
-from grokray.tracking.records import RunNotFound, RunQuery, RunStatus
+from grokray.tracking.records import RunNotFound, RunQuery, RunStatus, Tracker
 from grokray.tracking.schema import TRIAL_KEY_TAG
 
 BACKENDS = ["mlflow-sqlite", "memory", "memory-over-socket"]
@@ -123,6 +122,20 @@ def test_search_matches_tags_presence_and_status_newest_first_and_pages_whole(tr
     assert all(RunQuery({"grokray.role": "configuration"}).matches(r) for r in search_all(tracker, exp, children))
 
 
+def test_a_run_made_under_a_parent_is_found_by_it_and_says_so(tracker):
+    """The parent link is the tracker's own (MLflow: its nesting tag, which its UI draws by); grokray speaks only
+    create_run(parent_id=...), RunRecord.parent_id and RunQuery.parent_id."""
+    exp = tracker.ensure_experiment("sweep")
+    launches = [tracker.create_run(exp, f"launch {i}", {"grokray.role": "parent"}, None) for i in range(2)]
+    kids = {p: [tracker.create_run(exp, f"c{i}", {"grokray.pack_id": f"p{i}"}, None, parent_id=p) for i in range(2)]
+            for p in launches}
+    first, second = launches
+    assert {r.run_id for r in search_all(tracker, exp, children_query(first))} == set(kids[first])
+    assert [r.run_id for r in search_all(tracker, exp, children_query(second, "p1"))] == [kids[second][1]]
+    assert tracker.get_run(kids[second][0]).parent_id == second and tracker.get_run(first).parent_id is None
+    assert all(r.parent_id == first for r in search_all(tracker, exp, children_query(first)))
+
+
 class _BusyServer:
     """The tracker, except that a page of more than `answers` runs times out as a busy server's does (CI, 2026-12-03:
     1,000 runs through a PostgreSQL-backed server took over the 10-s request timeout six times running)."""
@@ -160,9 +173,9 @@ class _LostAnswers:
     def __init__(self, tracker, lost: int):
         self.tracker, self.lost, self.creates = tracker, lost, 0
 
-    def create_run(self, *args):
+    def create_run(self, *args, **kwargs):
         self.creates += 1
-        run_id = self.tracker.create_run(*args)
+        run_id = self.tracker.create_run(*args, **kwargs)
         if self.lost:
             self.lost -= 1
             raise TimeoutError("Read timed out. (read timeout=10)")

@@ -1,5 +1,5 @@
 """The tracking store, the ground floor of the driver side: of grokray it imports only errors, config, the phase
-rules (phases) and contracts (the Tracker Protocol its backends implement).
+rules (phases) and records (the Tracker Protocol its backends implement, beside the records it trades in).
 
 trackers (open_tracker(uri): a URI becomes a Tracker), mlflow_tracker (MLflow as a Tracker: the only module that
 imports MLflow), memory (the in-memory Tracker for tests), schema (every name written; pure), uri (which store a URI

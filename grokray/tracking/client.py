@@ -130,7 +130,8 @@ def create_run_once(tracker, experiment_id: str, name: str, tags: dict, start_ms
     """create_run, retried without making the run twice: a try whose answer was lost (the 10-s read timeout of a
     loaded server, which had made the run) is followed by a search for the run `same` finds (its parent and trial
     key) before the next try; `look_first`: before the first try too (an earlier attempt may have made it). CI's
-    PostgreSQL load test once stored 1,004 runs for 1,000 configurations."""
+    PostgreSQL load test once stored 1,004 runs for 1,000 configurations. The run is made under the parent `same`
+    names, if it names one."""
     look = [look_first]
 
     def once() -> str:
@@ -139,7 +140,7 @@ def create_run_once(tracker, experiment_id: str, name: str, tags: dict, start_ms
             if found:
                 return found[0].run_id
         look[0] = True
-        return tracker.create_run(experiment_id, name, tags, start_ms)
+        return tracker.create_run(experiment_id, name, tags, start_ms, parent_id=same.parent_id)
 
     return retry(once, attempts=attempts)
 

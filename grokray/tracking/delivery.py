@@ -26,7 +26,7 @@ from pathlib import Path
 from .client import clean, create_run_once, is_transient, retry
 from .queries import children_query, launch_query
 from .records import RunStatus
-from .schema import PARENT_ID_TAG, TRIAL_KEY_TAG
+from .schema import TRIAL_KEY_TAG
 from .spool import HANDED_OVER, Batch, Spool, head_group, merged, pending_points, spool_files, undelivered
 
 MAX_BACKOFF_S = 30.0
@@ -73,9 +73,9 @@ def resolve_run(tracker, batch: Batch, resolved: dict[str, str], attempts: int =
             resolved[f"experiment:{batch.key}"], resolved[batch.key] = exp_id, run_id
             return run_id
     if create.get("parent_key"):  # a child of a parent made late
-        create["experiment_id"], tags[PARENT_ID_TAG] = resolve_parent(
+        create["experiment_id"], create["parent_id"] = resolve_parent(
             tracker, create["experiment_name"], create["parent_key"], resolved, attempts)
-    same = children_query(tags[PARENT_ID_TAG]).where({TRIAL_KEY_TAG: batch.key})
+    same = children_query(create.get("parent_id")).where({TRIAL_KEY_TAG: batch.key})
     run_id = create_run_once(tracker, create["experiment_id"], create.get("run_name") or "", tags,
                              create.get("start_time"), same, attempts=attempts, look_first=True)
     resolved[batch.key] = run_id

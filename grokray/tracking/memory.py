@@ -63,7 +63,8 @@ class MemoryTracker:
             return {i: e["name"] for i, e in self._experiments.items() if not e["deleted"]}
 
     # -- runs ----------------------------------------------------------------------------------------------------
-    def create_run(self, experiment_id: str, name: str, tags: dict[str, str], start_ms: int | None) -> str:
+    def create_run(self, experiment_id: str, name: str, tags: dict[str, str], start_ms: int | None,
+                   parent_id: str | None = None) -> str:
         with self._lock:
             if experiment_id not in self._experiments:
                 raise ValueError(f"no experiment {experiment_id!r} in {self.uri}")
@@ -71,7 +72,7 @@ class MemoryTracker:
             self._runs[run_id] = {"experiment_id": experiment_id, "status": RunStatus.RUNNING.value,
                                   "start_ms": start_ms if start_ms is not None else now_ms(), "end_ms": None,
                                   "params": {}, "tags": {**tags, RUN_NAME_TAG: name or run_id[:8]}, "curves": {},
-                                  "artifacts": {}}
+                                  "artifacts": {}, "parent_id": parent_id}
             return run_id
 
     def _run(self, run_id: str) -> dict:
@@ -83,7 +84,8 @@ class MemoryTracker:
     def _record(self, run_id: str, run: dict) -> RunRecord:
         values = {k: latest(points).value for k, points in run["curves"].items() if points}
         return RunRecord(run_id, run["tags"].get(RUN_NAME_TAG, ""), run["experiment_id"], run["status"],
-                         run["start_ms"], run["end_ms"], dict(run["params"]), dict(run["tags"]), values)
+                         run["start_ms"], run["end_ms"], dict(run["params"]), dict(run["tags"]), values,
+                         run["parent_id"])
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._lock:

@@ -1,4 +1,4 @@
-"""MLflow as a Tracker (grokray.contracts.Tracker): the one module that turns grokray's records, queries and statuses
+"""MLflow as a Tracker (tracking/records.py): the one module that turns grokray's records, queries and statuses
 into MLflow's entities, filter strings and status words, and splits writes within MLflow's batch limits.
 
 Everything goes through `MlflowClient` (no global active run, so the workers of many packs never share state).
@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from .records import Point, RunNotFound, RunQuery, RunRecord, RunStatus
 from .trackers import is_remote
 
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's nesting tag: its UI draws a run under its parent by it
 MAX_METRICS = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
 MAX_PARAMS_TAGS = 100  # mlflow.utils.validation.MAX_PARAMS_TAGS_PER_BATCH
 NEWEST_FIRST = ["attributes.start_time DESC"]
@@ -35,7 +36,8 @@ SQLITE_LOCK_WAIT_S = 60.0
 
 def filter_string(query: RunQuery) -> str:
     """A RunQuery in MLflow's search syntax."""
-    parts = [f"tags.`{k}` = '{v}'" for k, v in query.tags.items()]
+    tags = {**query.tags, **({PARENT_TAG: query.parent_id} if query.parent_id is not None else {})}
+    parts = [f"tags.`{k}` = '{v}'" for k, v in tags.items()]
     parts += [f"tags.`{k}` LIKE '%'" for k in query.with_tags]
     if query.status is not None:
         parts.append(f"attributes.status = '{query.status.value}'")
@@ -46,7 +48,7 @@ def record(run) -> RunRecord:
     """An MLflow Run as a RunRecord."""
     info, data = run.info, run.data
     return RunRecord(info.run_id, info.run_name or "", info.experiment_id, info.status, info.start_time,
-                     info.end_time, dict(data.params), dict(data.tags), dict(data.metrics))
+                     info.end_time, dict(data.params), dict(data.tags), dict(data.metrics), data.tags.get(PARENT_TAG))
 
 
 def wait_for_sqlite_locks() -> None:
@@ -123,7 +125,9 @@ class MlflowTracker:
         return {e.experiment_id: e.name for e in self.client.search_experiments()}
 
     # -- runs ----------------------------------------------------------------------------------------------------
-    def create_run(self, experiment_id: str, name: str, tags: dict[str, str], start_ms: int | None) -> str:
+    def create_run(self, experiment_id: str, name: str, tags: dict[str, str], start_ms: int | None,
+                   parent_id: str | None = None) -> str:
+        tags = {**tags, PARENT_TAG: parent_id} if parent_id else tags
         return self.client.create_run(experiment_id, run_name=name, tags=tags, start_time=start_ms).info.run_id
 
     def get_run(self, run_id: str) -> RunRecord:

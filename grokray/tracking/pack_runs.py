@@ -30,7 +30,6 @@ from .schema import (
     MODEL_TAG,
     NODE_TAG,
     PACK_ID_TAG,
-    PARENT_ID_TAG,
     PHASE_TAG,
     RESUMES_TAG,
     ROLE_TAG,
@@ -182,8 +181,7 @@ class PackTracker:
 
     def _tags(self, member: dict, node_id: str) -> dict:
         cfg, target = member["config"], self.target
-        parent = {PARENT_ID_TAG: self.parent_id} if self.parent_id else {}
-        return clean({**parent, ROLE_TAG: CONFIGURATION, MODEL_TAG: cfg["model"]["name"],
+        return clean({ROLE_TAG: CONFIGURATION, MODEL_TAG: cfg["model"]["name"],
                       TASK_TAG: cfg["task"]["name"], TRIAL_KEY_TAG: member["key"], PACK_ID_TAG: self.pack["pack_id"],
                       SPEC_HASH_TAG: target.spec_hash, CODE_VERSION_TAG: target.code_version,
                       SWEPT_TAG: list(target.swept), LOG_AXES_TAG: list(target.log_axes), NODE_TAG: node_id,
@@ -191,7 +189,7 @@ class PackTracker:
 
     def _deferred(self, member: dict, node_id: str) -> MemberRun:
         create = {"experiment_id": self.experiment_id, "run_name": member["name"],
-                  "tags": self._tags(member, node_id), "start_time": self.started_ms}
+                  "tags": self._tags(member, node_id), "start_time": self.started_ms, "parent_id": self.parent_id}
         if not self.parent_id:  # delivery finds the parent by the launch's key first
             create |= {"experiment_name": self.target.experiment_name, "parent_key": self.target.parent_key}
         return MemberRun(member["key"], "", {}, flatten(member["config"]), create=create)

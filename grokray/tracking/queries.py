@@ -5,7 +5,7 @@ MLflow's filter strings)."""
 from __future__ import annotations
 
 from .records import RunQuery, RunStatus
-from .schema import KIND_TAG, LAUNCH_TAG, PACK_ID_TAG, PARENT, PARENT_ID_TAG, PHASE_TAG, ROLE_TAG, SPEC_HASH_TAG
+from .schema import KIND_TAG, LAUNCH_TAG, PACK_ID_TAG, PARENT, PHASE_TAG, ROLE_TAG, SPEC_HASH_TAG
 
 
 def parents_query(tags: dict[str, str] | None = None, status: RunStatus | None = None) -> RunQuery:
@@ -25,7 +25,7 @@ def launch_query(launch_key: str) -> RunQuery:
 
 def children_query(parent_run_id: str, pack_id: str | None = None) -> RunQuery:
     """A launch's child runs (of one pack, if given)."""
-    return RunQuery({PARENT_ID_TAG: parent_run_id, **({PACK_ID_TAG: pack_id} if pack_id else {})})
+    return RunQuery({PACK_ID_TAG: pack_id} if pack_id else {}, parent_id=parent_run_id)
 
 
 def classified_query() -> RunQuery:

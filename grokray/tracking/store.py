@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from .client import STREAM_PAGE, clean, find_parent, retry, search_all, search_pages
@@ -85,8 +86,8 @@ class Store:
                     whole = table_rows(path) == int(rows)
                 except Exception:  # noqa: BLE001 - a table that cannot be read: the runs themselves are the truth
                     whole = False
-                if whole:
-                    yield from read_table(path)
+                if whole:  # a table written before records carried their parent: the table's parent is theirs
+                    yield from (r if r.parent_id else replace(r, parent_id=parent.run_id) for r in read_table(path))
                     return
         for page in search_pages(self.tracker, parent.experiment_id, children_query(parent.run_id), size=STREAM_PAGE):
             yield from page

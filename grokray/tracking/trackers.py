@@ -1,4 +1,4 @@
-"""`open_tracker(uri)`: the one place a tracking URI becomes a Tracker (grokray.contracts.Tracker). MLflow serves every
+"""`open_tracker(uri)`: the one place a tracking URI becomes a Tracker (tracking/records.py). MLflow serves every
 URI MLflow takes; `memory://` is the in-memory store of tracking/memory.py. A new backend adds its scheme here.
 
 What a launch asks of a store besides its runs is asked here too, of the URI's backend: whether it is a server
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..contracts import Tracker
+from .records import Tracker
 
 
 def quiet_store_notices() -> None:
@@ -39,7 +39,7 @@ def warm_store(uri: str) -> None:
 
 
 def open_tracker(uri: str, spooled: bool = False, prepare: bool = False) -> Tracker:
-    """The store at `uri` as a Tracker (contracts.py): the runs, params, tags and curves grokray wrote, read and
+    """The store at `uri` as a Tracker (tracking/records.py): the runs, params, tags and curves grokray wrote, read and
     written the same way whatever the backend.
 
     Args:

@@ -69,21 +69,31 @@ ORDINARY = {name: {**raw, "optim": {"default": {"name": "adamw", "lr": 1e-2, "we
 TOLERANCE = {"float32": {"rtol": 1e-4, "atol": 1e-5}, "float64": {"rtol": 1e-7, "atol": 1e-9}}  # a key bias: 1e-11
 
 
-@pytest.mark.parametrize("which", ["mlp", "transformer", "onehot", "mha", "onehot-chunked"])
+@pytest.mark.parametrize("which", ["mlp", "transformer", "onehot", "mha", "onehot-chunked", "onehot-alone"])
 def test_a_pack_of_k_members_equals_k_lone_runs(which, monkeypatch):
-    """onehot-chunked: a chunk holds one member's rows, so the pack's forward and loss run member by member
-    (ModuleFamily.per_sample's CPU chunks, each split off the pack) and still equal the lone runs."""
-    if which == "onehot-chunked":
-        from grokray.models import module
+    """onehot-chunked: a chunk holds two members' rows, so the pack's forward and loss run a vmapped chunk at a time
+    (ModuleFamily.per_sample's CPU chunks, each split off the pack); onehot-alone: a member's rows fill a core, so
+    each member is called plainly (Functional.solo), as its lone run is; both still equal the lone runs."""
+    from grokray.models import module
+    from grokray.models.user_module import Functional
 
-        monkeypatch.setattr(module, "CPU_CHUNK_ROWS", 1)
-    raw = {"mlp": MLP, "transformer": TRANSFORMER, **ORDINARY, "onehot-chunked": ORDINARY["onehot"]}[which]
+    if which == "onehot-chunked":
+        monkeypatch.setattr(module, "CPU_CHUNK_ROWS", 2 * 121)  # p 11: 121 points a member, measured jointly
+    called = []
+    if which == "onehot-alone":
+        monkeypatch.setattr(module, "MEMBER_ALONE_ROWS", 100)
+        solo = Functional.solo
+        monkeypatch.setattr(Functional, "solo", lambda self, *a: called.append(a[2].shape) or solo(self, *a))
+    raw = {"mlp": MLP, "transformer": TRANSFORMER, **ORDINARY, "onehot-chunked": ORDINARY["onehot"],
+           "onehot-alone": ORDINARY["onehot"]}[which]
     if which == "transformer":
         _transformer(monkeypatch)
     spec = build_spec({**raw, "seeds": [0, 1, 2], "sweep": {"optim.default.lr": {"values": [1e-2, 3e-3]}}})
     configs = spec.trials()
     packed = final_params(configs)
     assert len(packed) == 6
+    if which == "onehot-alone":  # every member of the pack of 6, one at a time: 20 steps and the final measure
+        assert len(called) == 6 * 21 and set(called) == {(1, 121, 2)}
     for config, together in zip(configs, packed, strict=True):
         [alone] = final_params([config])
         assert together.keys() == alone.keys()
@@ -459,8 +469,9 @@ def test_attention_packs_batched_and_an_op_without_a_batching_rule_is_named_by_t
     out = capsys.readouterr().out
     assert "`aten::renorm` runs member by member under vmap" in out and "expect no gain from packing" in out
     # how its pack measures: 49 points, full batch, so one forward over all 49 (joint)
-    from grokray.models.module import CPU_CHUNK_ROWS
+    from grokray.models.module import CPU_CHUNK_ROWS, MEMBER_ALONE_ROWS
 
+    assert 49 < MEMBER_ALONE_ROWS
     assert ("model.factory:  49 points, full batch: one forward over all of them each step (joint: at most 256 "
             f"points, where one call costs less than two); on a CPU a chunk of {CPU_CHUNK_ROWS // 49} members' rows "
             "runs at a time") in out

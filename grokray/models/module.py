@@ -25,8 +25,18 @@ from .module_check import check_dtype, check_module, dry_run_lines
 from .user_module import DROPOUT, ONE_GROUP, Functional, ModuleConfig, build_module, group_of_name, module_groups
 
 # Rows a member chunk holds on a CPU (the module's forward and loss run that many members' rows at a time): the
-# one-hot MLP's 2,822 training rows at fraction 0.3 run 5 members a chunk, Liu's toy (45 rows) a whole pack.
+# MHA transformer's 265 training rows run 61 members a chunk, Liu's toy (45 rows) a whole pack.
 CPU_CHUNK_ROWS = 16384
+# A member whose rows alone reach this many fills a CPU core's matmul units by itself: batching it with others gains
+# nothing and vmap's batched matmuls cost, so each member is called as its own loop calls it (the one-hot MLP, 2,822
+# rows at K = 32, side by side in one process: 1.02x its plain loop member by member, 0.92x vmapped 2 or 5 a chunk).
+MEMBER_ALONE_ROWS = 2048
+
+
+def cpu_chunk(rows: int) -> int:
+    """Members per chunk on a CPU for `rows` rows each: 1 where a member's rows alone fill a core, else as many as
+    CPU_CHUNK_ROWS rows hold."""
+    return 1 if rows >= MEMBER_ALONE_ROWS else max(1, CPU_CHUNK_ROWS // max(1, rows))
 # A full-batch table of at most this many points is measured by one forward over all of them (joint), above it by a
 # forward and backward over the training rows and a gradient-free forward over the held-out ones (split).
 JOINT_MAX_POINTS = 256
@@ -113,9 +123,10 @@ class ModuleFamily(PackedModel):
         return n_points <= JOINT_MAX_POINTS
 
     def per_sample(self, x, y, rng=None):
-        """The forward and the loss together, member by member in chunks of about CPU_CHUNK_ROWS rows on a CPU
+        """The forward and the loss together, member by member in chunks of about CPU_CHUNK_ROWS rows on a CPU (one
+        member at a time, called plainly, from MEMBER_ALONE_ROWS rows)
         (user_module.Functional.scored says why); the whole pack at once on a GPU, which wants the larger batch."""
-        chunk = max(1, CPU_CHUNK_ROWS // max(1, x.shape[1])) if x.device.type == "cpu" else len(x)
+        chunk = cpu_chunk(x.shape[1]) if x.device.type == "cpu" else len(x)
         if chunk >= len(x) or not self.head.rowwise:  # one chunk (the head outside vmap: fewer batched ops, which
             return super().per_sample(x, y, rng)      # an overhead-bound toy feels), or a loss of per-member targets
         return self._run(lambda params: self.functional.scored(self.head, chunk, params, self.member_buffers, x, y),
@@ -150,7 +161,8 @@ def measuring_line(task, train) -> str:
     data = task.data()
     n, width = len(data.y), len(task.split(data, 0)[0])
     rows = (n if n <= JOINT_MAX_POINTS else width) if train.batch_size == "full" else int(train.batch_size)
-    chunk = f"on a CPU a chunk of {max(1, CPU_CHUNK_ROWS // rows)} members' rows runs at a time"
+    chunk = (f"on a CPU each member runs alone, called as its own loop calls it ({rows} rows fill a core)"
+             if cpu_chunk(rows) == 1 else f"on a CPU a chunk of {cpu_chunk(rows)} members' rows runs at a time")
     if not measured_every_step(train, False, n, width):  # a dropout module: see its pack's measuring
         return f"model.factory:  {rows} rows a step, every point measured every eval_every steps; {chunk}"
     if n <= JOINT_MAX_POINTS:

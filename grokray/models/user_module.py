@@ -192,19 +192,24 @@ class Functional:
         """Each member's per-row loss and correctness, [K, B] each, with the loss inside the vmapped function and
         `chunk` members at a time: a chunk's activations, logits and their gradients stay in a CPU's cache, where
         the whole pack's did not (a one-hot MLP on 2,822 rows at K = 32: log-softmax and its backward about 10x
-        slower per member than the same module alone, and batched matmuls of 32 slower than of 8)."""
+        slower per member than the same module alone, and batched matmuls of 32 slower than of 8). A chunk of one
+        member is the module called plainly (solo): no batched matmul at all."""
         # split, not vmap's chunk_size: its chunks are slices, whose backward fills a zero gradient of the whole
         # pack per chunk and parameter (a fifth of the step above); a split's backward is one concatenation
         sizes = [chunk] * (len(x) // chunk) + [len(x) % chunk] * (len(x) % chunk > 0)
         parts = [{n: t.split(sizes) for n, t in d.items()} for d in (params, buffers)]
         xs, ys = x.split(sizes), y.split(sizes)
         scored = [self._scored_run(head, {n: t[i] for n, t in parts[0].items()},
-                                   {n: t[i] for n, t in parts[1].items()}, xs[i], ys[i]) for i in range(len(sizes))]
+                                   {n: t[i] for n, t in parts[1].items()}, xs[i], ys[i], chunk == 1)
+                  for i in range(len(sizes))]
         return torch.cat([s[0] for s in scored]), torch.cat([s[1] for s in scored])
 
-    def _scored_run(self, head, params, buffers, x, y):
+    def _scored_run(self, head, params, buffers, x, y, plain: bool = False):
         if torch.compiler.is_compiling():
             return self.scored_batched(head, params, buffers, x, y)
+        if plain:  # one member: the module called as its own loop calls it
+            out = self.solo(params, buffers, x)
+            return head.per_sample(out.unsqueeze(-1) if out.dim() == 2 else out, y)
         return self._on_math_attention(lambda *a: self._call_scored(head, *a), len(x), params, buffers, x, y)
 
     @staticmethod

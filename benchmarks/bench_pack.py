@@ -290,7 +290,7 @@ def main():
                 for variant in variants:  # hits every variant alike, and a neighbour's burst one round only
                     measured[variant] = better(measured.get(variant), measure(name, variant, k, seconds, args.device))
             for variant in variants:
-                print(row(name, variant, k, measured[variant], base, peak), flush=True)
+                print(row(name, variant, k, measured[variant], base, peak, gpu), flush=True)
 
 
 def measure(name: str, variant: str, k: int, seconds: float, device: str):
@@ -311,9 +311,9 @@ def better(a, b):
     return b if a is None or (b is not None and b[0] > a[0]) else a
 
 
-def row(name: str, variant: str, k: int, measured, base: dict, peak: float) -> str:
-    """One table row; on a GPU with the pack's peak memory, and a K that does not fit says so."""
-    gpu = measured is None or measured[2] > 0
+def row(name: str, variant: str, k: int, measured, base: dict, peak: float, gpu: bool) -> str:
+    """One table row (`measured`: measure's answer); on a GPU with the pack's peak memory, and a K that does not fit
+    says so."""
     if measured is None:
         total = torch.cuda.mem_get_info()[1]
         return f"| {name} | {variant} | {k} | out of memory ({total / 2**30:.0f} GiB card) | | | | |"

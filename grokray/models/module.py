@@ -22,7 +22,16 @@ from . import MODELS
 from .base import PackedModel
 from .heads import ClassificationHead, OneHotMSEHead, ScalarRegressionHead, TargetVectorHead, target_vectors
 from .module_check import check_dtype, check_module, dry_run_lines
-from .user_module import DROPOUT, ONE_GROUP, Functional, ModuleConfig, build_module, group_of_name, module_groups
+from .user_module import (
+    DROPOUT,
+    ONE_GROUP,
+    Functional,
+    ModuleConfig,
+    build_module,
+    group_of_name,
+    module_groups,
+    with_output_dim,
+)
 
 # Rows a member chunk holds on a CPU (the module's forward and loss run that many members' rows at a time): the
 # MHA transformer's 265 training rows run 61 members a chunk, Liu's toy (45 rows) a whole pack.
@@ -31,15 +40,15 @@ CPU_CHUNK_ROWS = 16384
 # nothing and vmap's batched matmuls cost, so each member is called as its own loop calls it (the one-hot MLP, 2,822
 # rows at K = 32, side by side in one process: 1.02x its plain loop member by member, 0.92x vmapped 2 or 5 a chunk).
 MEMBER_ALONE_ROWS = 2048
+# A full-batch table of at most this many points is measured by one forward over all of them (joint), above it by a
+# forward and backward over the training rows and a gradient-free forward over the held-out ones (split).
+JOINT_MAX_POINTS = 256
 
 
 def cpu_chunk(rows: int) -> int:
     """Members per chunk on a CPU for `rows` rows each: 1 where a member's rows alone fill a core, else as many as
     CPU_CHUNK_ROWS rows hold."""
     return 1 if rows >= MEMBER_ALONE_ROWS else max(1, CPU_CHUNK_ROWS // max(1, rows))
-# A full-batch table of at most this many points is measured by one forward over all of them (joint), above it by a
-# forward and backward over the training rows and a gradient-free forward over the held-out ones (split).
-JOINT_MAX_POINTS = 256
 
 
 @MODELS.register("module", ModuleConfig)
@@ -114,8 +123,7 @@ class ModuleFamily(PackedModel):
 
     def forward(self, x, rng=None):
         call = self.functional.solo if self.solo else self.functional
-        out = self._run(lambda params: call(params, self.member_buffers, x), x.device, rng)
-        return out.unsqueeze(-1) if out.dim() == 2 else out
+        return with_output_dim(self._run(lambda params: call(params, self.member_buffers, x), x.device, rng))
 
     def measures_jointly(self, n_points: int) -> bool:
         """Joint only on a table of at most JOINT_MAX_POINTS points, where one call costs less than two; above it
@@ -123,9 +131,9 @@ class ModuleFamily(PackedModel):
         return n_points <= JOINT_MAX_POINTS
 
     def per_sample(self, x, y, rng=None):
-        """The forward and the loss together, member by member in chunks of about CPU_CHUNK_ROWS rows on a CPU (one
-        member at a time, called plainly, from MEMBER_ALONE_ROWS rows)
-        (user_module.Functional.scored says why); the whole pack at once on a GPU, which wants the larger batch."""
+        """The forward and the loss together, member by member in chunks of about CPU_CHUNK_ROWS rows on a CPU, one
+        member at a time from MEMBER_ALONE_ROWS rows (user_module.Functional.scored says why); the whole pack at once
+        on a GPU, which wants the larger batch."""
         chunk = cpu_chunk(x.shape[1]) if x.device.type == "cpu" else len(x)
         if chunk >= len(x) or not self.head.rowwise:  # one chunk (the head outside vmap: fewer batched ops, which
             return super().per_sample(x, y, rng)      # an overhead-bound toy feels), or a loss of per-member targets

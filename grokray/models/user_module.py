@@ -208,8 +208,7 @@ class Functional:
         if torch.compiler.is_compiling():
             return self.scored_batched(head, params, buffers, x, y)
         if plain:  # one member: the module called as its own loop calls it
-            out = self.solo(params, buffers, x)
-            return head.per_sample(out.unsqueeze(-1) if out.dim() == 2 else out, y)
+            return head.per_sample(with_output_dim(self.solo(params, buffers, x)), y)
         return self._on_math_attention(lambda *a: self._call_scored(head, *a), len(x), params, buffers, x, y)
 
     @staticmethod
@@ -227,6 +226,11 @@ class Functional:
         finally:
             for (_, enable), was in zip(FUSED_ATTENTION, saved, strict=True):
                 enable(was)
+
+
+def with_output_dim(out: torch.Tensor) -> torch.Tensor:
+    """The members' outputs as a head reads them, [K, B, out]: a regression module's [K, B] gets its axis of one."""
+    return out.unsqueeze(-1) if out.dim() == 2 else out
 
 
 def members_mapped(call, k: int, *args):

@@ -11,7 +11,14 @@ from mlflow.tracking import MlflowClient
 
 from grokray.errors import LaunchFinished, SpecError
 from grokray.search.config import parse_search
-from grokray.search.confirm import bootstrap_median, confirmed_best, parse_confirm, standing, top_settings
+from grokray.search.confirm import (
+    bootstrap_median,
+    confirmed_best,
+    parse_confirm,
+    search_nearness,
+    standing,
+    top_settings,
+)
 from grokray.spec.build import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,11 +44,17 @@ def test_confirm_seeds_must_be_fresh_and_the_block_well_formed():
         parse_search(spec)
 
 
-def test_top_settings_are_distinct_generalizing_and_best_first():
-    a, b, c = {"lr": 0.1}, {"lr": 0.2}, {"lr": 0.3}
+def test_top_settings_are_distinct_generalizing_first_then_the_nearest_of_the_rest():
+    a, b, c, d, e = {"lr": 0.1}, {"lr": 0.2}, {"lr": 0.3}, {"lr": 0.5}, {"lr": 0.6}
     scored = [(a, 500.0), (b, 300.0), (b, 310.0), (c, 2000.0), ({"lr": 0.4}, 450.0)]
     assert top_settings(scored, penalty=2000.0, top=3) == [b, {"lr": 0.4}, a]  # b once; c never generalized
-    assert top_settings([(c, 2000.0)], penalty=2000.0, top=3) == []
+    # issue 73: fewer than `top` generalized, so the nearest of the rest fill: more seeds generalized first, then
+    # the higher val accuracy (an ASHA-stopped trial's from its last report)
+    near = [(c, 2000.0, search_nearness(0, 0.60)), (d, 2000.0, search_nearness(1, 0.40)),
+            (e, 2000.0, search_nearness(None, 0.90)), (a, 500.0, search_nearness(2, 0.96))]
+    assert top_settings(near, penalty=2000.0, top=3) == [a, d, e]
+    assert top_settings([(c, 2000.0)], penalty=2000.0, top=3) == [c]
+    assert top_settings([], penalty=2000.0, top=3) == []
 
 
 def test_bootstrap_interval_brackets_the_median_and_narrows_with_more_seeds():

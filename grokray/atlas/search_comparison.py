@@ -162,7 +162,9 @@ def methods_page_text(name: str, facts: dict, methods: list[dict], middle: list[
               f"schedule; a trial scores the step its seeds' majority reached val accuracy {threshold:g} "
               f"(`{facts['objective']}`). Trial 0 is the setting each method's spec gives "
               "(the paper's, where one is published for this task), enqueued."
-              + (" Then each method's best settings ran again at fresh seeds (the search never saw them); the "
+              + (" Then each method's best settings ran again at fresh seeds (the search never saw them), chosen "
+                 "on the search's own seeds: those that generalized first, by their step, then the nearest of the "
+                 "rest; the "
                  + ("confirmed column is the median over those seeds of the setting the search ranked first (chosen "
                     "before they ran; the others are reported beside it, not chosen by them)"
                     if any("others" in (m.get("confirmed") or {}) for m in methods) else

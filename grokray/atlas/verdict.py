@@ -7,7 +7,7 @@
 - Every method's seeds that did not reach the threshold are counted, and split by their phase as the phases are
   defined: train accuracy stayed below the threshold (confusion), or reached it without val accuracy following
   (memorization), where the page's data records the phases.
-- A method whose search found no generalizing trial has no confirmed figure, and is named as such.
+- A method whose search found no generalizing trial confirms its nearest settings, and is named as such.
 """
 
 from __future__ import annotations
@@ -117,8 +117,11 @@ def verdict_lines(methods: list[dict], penalty: float, budget: int, threshold: f
     lines += [f"{m}: {text}." for m, c in confirmed.items() if (text := failure_text(c, penalty, budget, threshold))]
     lines += [text for m, c in confirmed.items() if (text := other_setting_text(m, c))]
     lines += [text for m, c in confirmed.items() if (text := others_text(m, c, penalty, budget))]
+    nearest = [m["label"] for m in methods if m.get("confirmed") and m.get("best") is None]
+    if nearest:
+        lines.append("No trial generalized in the search, so the settings confirmed are the nearest (most seeds "
+                     "generalized, then the highest val accuracy at the last report): " + ", ".join(nearest) + ".")
     unconfirmed = [m["label"] for m in methods if not m.get("confirmed")]
     if unconfirmed:
-        lines.append("No trial generalized in the search, so there is no setting to confirm: "
-                     + ", ".join(unconfirmed) + ".")
+        lines.append("No setting was confirmed: " + ", ".join(unconfirmed) + ".")
     return lines

@@ -60,19 +60,31 @@ def parse_confirm(raw, search_seeds: list[int]) -> ConfirmConfig | None:
     return ConfirmConfig(top, tuple(seeds))
 
 
-def top_settings(scored: list[tuple[dict, float]], penalty: float, top: int) -> list[dict]:
-    """The `top` best distinct settings that generalized, best first, from (params, score) pairs (lower is better;
-    ties keep the earlier trial)."""
+def top_settings(scored: list[tuple], penalty: float, top: int) -> list[dict]:
+    """The `top` best distinct settings, best first, from (params, score) or (params, score, nearness) tuples
+    (lower is better; ties keep the earlier trial). Those that generalized come first, by score; where fewer than
+    `top` did, the rest are filled from those that did not, nearest first by `nearness` (search_nearness: more
+    seeds generalized, then a higher val accuracy at the last report), so every method confirms the same number of
+    settings and a search that found nothing still learns whether fresh seeds fare better."""
+    def order(item):
+        return (item[1] >= penalty, item[1] if item[1] < penalty else 0.0, item[2] if len(item) > 2 else ())
+
     out, seen = [], set()
-    for params, score in sorted(scored, key=lambda ps: ps[1]):
-        key = tuple(sorted(params.items()))
-        if score >= penalty or key in seen:
+    for item in sorted(scored, key=order):
+        key = tuple(sorted(item[0].items()))
+        if key in seen:
             continue
         seen.add(key)
-        out.append(dict(params))
+        out.append(dict(item[0]))
         if len(out) == top:
             break
     return out
+
+
+def search_nearness(seeds_generalized, val_acc) -> tuple[float, float]:
+    """How near a trial that did not generalize came, as a sort key (lower is nearer): its seeds that generalized,
+    then the majority's val accuracy at its last report (an ASHA-stopped trial's is from the step it stopped)."""
+    return (-float(seeds_generalized or 0), -float(val_acc or 0.0))
 
 
 def bootstrap_median(values: list[float], level: float = LEVEL, resamples: int = RESAMPLES,

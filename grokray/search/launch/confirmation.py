@@ -1,11 +1,11 @@
 """A search's confirmation stage, run (search.confirm; the statistics are in search/confirm.py).
 
-The best `top` settings that generalized are re-run at the fresh seeds as a search of their own: the same spec
-named `<name>-confirm`, its study `<study>-confirm`, every trial enqueued (nothing is sampled, nothing pruned),
-so checkpoints, retries, the outage spool and resume are the search driver's. Each fresh seed's score is then
-written on the first search's parent as `search/confirmation.csv`, and the parent's confirmation tag turns from
-"pending" to the confirmation's parent run id: a search whose tag still says pending is not complete, and
-`--resume` (or the atlas) runs the stage again from where it stopped.
+The best `top` settings (those that generalized first, then the nearest of the rest) are re-run at the fresh seeds
+as a search of their own: the same spec named `<name>-confirm`, its study `<study>-confirm`, every trial enqueued
+(nothing is sampled, nothing pruned), so checkpoints, retries, the outage spool and resume are the search driver's.
+Each fresh seed's score is then written on the first search's parent as `search/confirmation.csv`, and the parent's
+confirmation tag turns from "pending" to the confirmation's parent run id: a search whose tag still says pending is
+not complete, and `--resume` (or the atlas) runs the stage again from where it stopped.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ...spec.build import Spec, build_spec
 from ...tracking.schema import CONFIRM_PENDING, CONFIRM_TAG, PHASE_TAG
 from ...tracking.store import Store
 from ..config import SearchConfig, parse_search
-from ..confirm import CONFIRM_ARTIFACT_DIR, CONFIRM_FILE, ROW_COLUMNS, confirmed_best, top_settings
+from ..confirm import CONFIRM_ARTIFACT_DIR, CONFIRM_FILE, ROW_COLUMNS, confirmed_best, search_nearness, top_settings
 from ..study import open_storage
 
 
@@ -86,13 +86,15 @@ def run_confirmation(run_search, spec: Spec, cfg: SearchConfig, storage, options
     """Run (or resume) the stage after the search `cfg.study` ended; write its rows on the search's parent.
     run_search: the search driver (the stage is a search; passed in, as the driver is what calls this).
     Returns the stage's SearchSummary and {parent_run_id, settings, best}; (None, None) when no trial
-    generalized (nothing to confirm)."""
+    completed (nothing to confirm)."""
     study = optuna.load_study(study_name=cfg.study, storage=storage)
-    scored = [(t.params, t.values[0]) for t in study.trials if t.state == TrialState.COMPLETE and t.values]
+    scored = [(t.params, t.values[0], search_nearness(t.user_attrs.get("seeds_generalized"),
+                                                      t.user_attrs.get("val_acc")))
+              for t in study.trials if t.state == TrialState.COMPLETE and t.values]
     settings = top_settings(scored, cfg.penalty, cfg.confirm.top)
     store = Store(uri)
-    if not settings:
-        store.set_tag(parent_run_id, CONFIRM_TAG, "none generalized")
+    if not settings:  # no trial completed
+        store.set_tag(parent_run_id, CONFIRM_TAG, "none completed")
         return None, None
     stage = confirmation_spec(spec, cfg, settings)
     stage_cfg = parse_search(stage)

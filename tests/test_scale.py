@@ -19,7 +19,7 @@ import pytest
 
 from grokray.plan.expand import Survey
 from grokray.spec.build import load_spec
-from grokray.worker.pack_files import store_packs
+from grokray.spec.wire import store_packs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

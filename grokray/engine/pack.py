@@ -18,7 +18,7 @@ from ..capture import Captured, capture_mode, step_boundary
 from ..contracts import family_groups
 from ..models import MODELS
 from ..optim.degrok import hold_weight_norm_
-from ..optim.group import MemberRandom
+from ..optim.group import MemberRandom, pack_optimizers
 from ..phases import classify, is_decided
 from ..phases import gap as phase_gap
 from .batches import BATCHES
@@ -26,7 +26,7 @@ from .checkpoint import load_pack_state, pack_state_dict
 from .curves import member_curve
 from .measure import measured_cols, metric_columns
 from .memory import keep_freed_memory
-from .pack_setup import group_optimizers, measuring, norm_targets, pack_member_bytes, progress_tensors
+from .pack_setup import measuring, norm_targets, pack_member_bytes, progress_tensors
 from .precision import forward_context, use_matmul_precision
 from .result import METRICS, MemberResult, pack_signature
 from .schedule import record_steps
@@ -101,7 +101,7 @@ class PackTrainer:
     def _progress_state(self, configs: list, streams) -> None:
         """The optimizers and draws, then each member's progress: device-side, read by the host only at checks."""
         K, train, captured = self.K, configs[0].train, self.capture == "compiled"
-        self.optimizers = group_optimizers(self.model, self.family, configs, compile=captured)
+        self.optimizers = pack_optimizers(self.model, self.family, configs, compile=captured)
         self.norm_target = norm_targets(self.model, configs, self.device)
         self.holds_norm = bool((~torch.isnan(self.norm_target)).any())
         self.model.head.configure(train)  # train.softmax, train.loss_dtype

@@ -1,4 +1,5 @@
-"""What a PackTrainer sets up besides its model and splits: how its steps measure, its optimizers, its norm targets.
+"""What a PackTrainer sets up besides its model, splits and optimizers (optim/group.pack_optimizers): how its steps
+measure, its norm targets, its progress tensors.
 
 Each is decided once per pack from the configurations; engine/pack.py then only runs steps.
 """
@@ -9,8 +10,7 @@ import math
 
 import torch
 
-from ..contracts import family_groups, measured_every_step
-from ..optim.group import GroupOptimizer
+from ..contracts import measured_every_step
 from .schedule import auto_eval_every
 
 
@@ -27,23 +27,6 @@ def measuring(configs, model, n_points: int, width: int) -> tuple[bool, bool, in
         return joint, not joint, 1
     gap = min(c.phases.gap for c in configs)
     return False, False, train.eval_every if train.eval_every != "auto" else auto_eval_every(gap)
-
-
-def group_optimizers(model, family, configs, compile: bool) -> dict[str, GroupOptimizer]:
-    """One optimizer per parameter group the model has, each member with its own settings and noise stream.
-    Muon takes the group's hidden matrices (`muon_on: hidden`, common practice: the model's input embeddings and
-    output head go to AdamW) or all of them (`muon_on: all`)."""
-    out, io = {}, model.io_names()
-    for gi, g in enumerate(family_groups(family, configs[0].model)):
-        if g in model.flat:
-            named = [(name, (a, b, shape)) for name, (group, a, b, shape) in model.layout.items() if group == g]
-            hidden = configs[0].optim[g].muon_on == "hidden"
-            out[g] = GroupOptimizer(
-                model.flat[g], model.flat_grad[g], [c.optim[g] for c in configs], [c.seed for c in configs],
-                salt=gi + 1, pad_mask=model.pad_masks.get(g), compile=compile, segments=[s for _, s in named],
-                muon_segments=[s for name, s in named if not (hidden and name in io)],
-            )
-    return out
 
 
 def norm_targets(model, configs, device) -> torch.Tensor:

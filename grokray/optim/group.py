@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..capture import Captured
+from ..contracts import family_groups
 from ..spec.blocks import OptimConfig
 from . import primitives as P
 from .kinds import KINDS
@@ -203,3 +204,20 @@ class GroupOptimizer:
         for t, transform in self.transforms:
             if t.key() in state or transform.state_dict():  # a stateless transform wrote nothing
                 transform.load_state_dict(state[t.key()])
+
+
+def pack_optimizers(model, family, configs, compile: bool) -> dict[str, GroupOptimizer]:
+    """One optimizer per parameter group the model has, each member with its own settings and noise stream.
+    Muon takes the group's hidden matrices (`muon_on: hidden`, common practice: the model's input embeddings and
+    output head go to AdamW) or all of them (`muon_on: all`)."""
+    out, io = {}, model.io_names()
+    for gi, g in enumerate(family_groups(family, configs[0].model)):
+        if g in model.flat:
+            named = [(name, (a, b, shape)) for name, (group, a, b, shape) in model.layout.items() if group == g]
+            hidden = configs[0].optim[g].muon_on == "hidden"
+            out[g] = GroupOptimizer(
+                model.flat[g], model.flat_grad[g], [c.optim[g] for c in configs], [c.seed for c in configs],
+                salt=gi + 1, pad_mask=model.pad_masks.get(g), compile=compile, segments=[s for _, s in named],
+                muon_segments=[s for name, s in named if not (hidden and name in io)],
+            )
+    return out

@@ -26,6 +26,7 @@ from ray import tune
 
 from ..errors import LaunchFinished, SpecError
 from ..spec.build import Spec
+from ..spec.wire import store_packs
 from ..tracking.background import BackgroundDelivery
 from ..tracking.client import StoreAway, find_parent
 from ..tracking.drivers import dead_driver_pid, left_by_dead_driver
@@ -38,7 +39,6 @@ from ..tracking.trackers import is_remote, open_tracker
 from ..tracking.uri import resolve_tracking_uri, server_answers
 from ..user_code import code_paths
 from ..worker.context import TrialContext
-from ..worker.pack_files import store_packs
 from ..worker.trainable import train_pack
 from .cluster import (
     busy_machine_note,
@@ -273,7 +273,7 @@ class Launch:
         self.experiment_path = self.path_of(name)
         space = {"grokray": ctx.to_dict()}
         if packs is not None:
-            space["pack"] = {"grid_search": store_packs(self.experiment_path, packs)}  # a file each: see pack_files
+            space["pack"] = {"grid_search": store_packs(self.experiment_path, packs)}  # a file each: see spec/wire.py
         return tune.Tuner(
             trainable,
             param_space=space,

@@ -1,16 +1,24 @@
-"""A pack as Tune stores it: one base configuration and, per member, only the fields where it differs.
+"""A pack on its way to a worker: one base configuration and, per member, only the fields where it differs, in a
+file beside the Tune experiment that the trial's config names.
 
 Tune keeps a trial's config several times over (the config, the unresolved config, the evaluated params, the
 experiment tag, the last result, each checkpoint's result), in the driver's memory and in every experiment-state
 save. With each member's whole configuration (~1 KB) that was ~14 KB per configuration: 1.4 GB of state for a
 10^5-configuration sweep, saved again and again. A member's diff against its pack's base is its swept values, a
 few dozen bytes. The worker rebuilds the full member dicts (`full_pack`) before anything reads them.
+
+Even compact, a pack of 1,000 members in its config made Tune's state grow with the number of configurations; a
+reference keeps it per pack. The files sit in the experiment's own folder (local, shared, or a cloud URI through
+pyarrow, as Tune's storage), so a resumed experiment finds its packs where its trials say they are. The launch
+writes them (`store_packs`), the trial reads its own (`load_pack`): the driver and the worker meet here only.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 
+PACKS_DIR = "grokray-packs"
 WIRE_KEY = "base"  # a pack in the compact form has its base configuration under this key
 
 
@@ -61,3 +69,36 @@ def full_pack(pack: dict) -> dict:
             node[path[-1]] = copy.deepcopy(value)
         members.append({**{k: v for k, v in m.items() if k != "diff"}, "config": config})
     return {**{k: v for k, v in pack.items() if k not in (WIRE_KEY, "members")}, "members": members}
+
+
+def _filesystem(path: str):
+    from pyarrow import fs
+
+    if "://" in path:
+        return fs.FileSystem.from_uri(path)
+    return fs.LocalFileSystem(), path
+
+
+def store_packs(experiment_path: str, packs: list[dict]) -> list[dict]:
+    """Write each pack (compact) under <experiment_path>/grokray-packs/; returns the references trials get."""
+    filesystem, root = _filesystem(f"{experiment_path.rstrip('/')}/{PACKS_DIR}")
+    filesystem.create_dir(root, recursive=True)
+    refs = []
+    for pack in packs:
+        path = f"{root}/{pack['pack_id']}.json"
+        with filesystem.open_output_stream(path) as out:
+            out.write(json.dumps(compact_pack(pack), separators=(",", ":")).encode())
+        scheme = experiment_path.split("://")[0] + "://" if "://" in experiment_path else ""
+        refs.append({"pack_id": pack["pack_id"], "members": len(pack["members"]),
+                     "file": path if not scheme or path.startswith(scheme) else scheme + path})
+    return refs
+
+
+def load_pack(pack: dict) -> dict:
+    """The pack a trial trains, every member with its whole configuration: read from its file when the trial
+    holds a reference, else carried in the config itself (a search's trial: its seeds)."""
+    if "file" not in pack:
+        return full_pack(pack)
+    filesystem, path = _filesystem(pack["file"])
+    with filesystem.open_input_stream(path) as src:
+        return full_pack(json.loads(src.read().decode()))

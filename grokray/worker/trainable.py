@@ -26,10 +26,10 @@ from ..objectives import report_metrics
 from ..phases import counted_phase
 from ..spec.build import device_for
 from ..spec.trial import TrialConfig
+from ..spec.wire import load_pack
 from ..tracking.pack_runs import PackTracker
 from ..user_code import add_code_paths
 from .context import TrialContext
-from .pack_files import load_pack
 
 CHECKPOINT_FILE = "pack.pt"
 FIRST_CHUNK = 20  # steps that time a pack before its chunks are sized

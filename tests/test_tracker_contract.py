@@ -54,6 +54,9 @@ def test_a_run_keeps_its_name_tags_params_and_latest_values(tracker):
     assert tracker.latest_steps(run_id) == {"val/acc": 10, "train/acc": 10}
     tracker.delete_tag(run_id, "grokray.phase")
     assert "grokray.phase" not in tracker.get_run(run_id).tags
+    tracker.rename_run(run_id, "lr=0.01 trial 7")  # a reopened run takes the name of the trial that finishes it
+    assert tracker.get_run(run_id).name == "lr=0.01 trial 7"
+    assert tracker.search([exp], RunQuery())[0][0].name == "lr=0.01 trial 7"
 
 
 def test_a_batch_over_any_limit_is_stored_whole(tracker):

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from .client import now_ms
 from .records import Point, RunNotFound, RunQuery, RunRecord, RunStatus
-from .schema import RUN_NAME_TAG
 
 SCHEME = "memory://"
 _HELD: dict[str, MemoryTracker] = {}  # uri -> the stores this process holds
@@ -71,7 +70,7 @@ class MemoryTracker:
             run_id = uuid.uuid4().hex
             self._runs[run_id] = {"experiment_id": experiment_id, "status": RunStatus.RUNNING.value,
                                   "start_ms": start_ms if start_ms is not None else now_ms(), "end_ms": None,
-                                  "params": {}, "tags": {**tags, RUN_NAME_TAG: name or run_id[:8]}, "curves": {},
+                                  "params": {}, "tags": dict(tags), "name": name or run_id[:8], "curves": {},
                                   "artifacts": {}, "parent_id": parent_id}
             return run_id
 
@@ -83,7 +82,7 @@ class MemoryTracker:
 
     def _record(self, run_id: str, run: dict) -> RunRecord:
         values = {k: latest(points).value for k, points in run["curves"].items() if points}
-        return RunRecord(run_id, run["tags"].get(RUN_NAME_TAG, ""), run["experiment_id"], run["status"],
+        return RunRecord(run_id, run["name"], run["experiment_id"], run["status"],
                          run["start_ms"], run["end_ms"], dict(run["params"]), dict(run["tags"]), values,
                          run["parent_id"])
 
@@ -116,6 +115,10 @@ class MemoryTracker:
     def delete_tag(self, run_id: str, key: str) -> None:
         with self._lock:
             self._run(run_id)["tags"].pop(key, None)
+
+    def rename_run(self, run_id: str, name: str) -> None:
+        with self._lock:
+            self._run(run_id)["name"] = name
 
     def set_status(self, run_id: str, status: RunStatus, end_ms: int | None = None) -> None:
         status = RunStatus(status)
@@ -169,8 +172,8 @@ class MemoryTracker:
 
 
 METHODS = ("experiment_id", "ensure_experiment", "experiments", "create_run", "get_run", "search", "log",
-           "delete_tag", "set_status", "delete_run", "curve", "latest_steps", "artifact_paths", "log_artifact",
-           "log_text", "download")
+           "delete_tag", "rename_run", "set_status", "delete_run", "curve", "latest_steps", "artifact_paths",
+           "log_artifact", "log_text", "download")
 
 
 def _serve(tracker: MemoryTracker, listener: Listener) -> None:

@@ -175,6 +175,9 @@ class MlflowTracker:
     def delete_tag(self, run_id: str, key: str) -> None:
         self.client.delete_tag(run_id, key)
 
+    def rename_run(self, run_id: str, name: str) -> None:
+        self.client.update_run(run_id, name=name)
+
     def set_status(self, run_id: str, status: RunStatus, end_ms: int | None = None) -> None:
         if RunStatus(status) is RunStatus.RUNNING:
             self.client.update_run(run_id, status=RunStatus.RUNNING.value)

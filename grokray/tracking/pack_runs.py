@@ -33,7 +33,6 @@ from .schema import (
     PHASE_TAG,
     RESUMES_TAG,
     ROLE_TAG,
-    RUN_NAME_TAG,
     SPEC_HASH_TAG,
     STARTS_TAG,
     SWEPT_TAG,
@@ -210,6 +209,9 @@ class PackTracker:
         a start."""
         run_id = found.run_id
         moved = _moved_tags(found, member)
+        if found.name != member["name"]:  # the trial that finishes it names it
+            with StoreAway():
+                retry(self.tracker.rename_run, run_id, member["name"], attempts=OPEN_ATTEMPTS)
         if PHASE_TAG in found.tags:  # ended before the pack was stopped: nothing more to send but its new trial
             if moved:
                 retry(self.tracker.log, run_id, tags=moved, attempts=OPEN_ATTEMPTS)
@@ -300,8 +302,8 @@ class PackTracker:
 
 
 def _moved_tags(found: RunRecord, member: dict) -> dict[str, str]:
-    """The member's own tags (a search's trial number) and name where the run it reopens holds others: a search
-    resumed after a stop re-runs its interrupted trials under new numbers, and their runs must point at the trial
-    that finished them, not at the failed one."""
-    want = clean({**member.get("tags", {}), RUN_NAME_TAG: member["name"]})
+    """The member's own tags (a search's trial number) where the run it reopens holds others: a search resumed
+    after a stop re-runs its interrupted trials under new numbers, and their runs must point at the trial that
+    finished them, not at the failed one (its name moves too: Tracker.rename_run)."""
+    want = clean(member.get("tags", {}))
     return {k: v for k, v in want.items() if found.tags.get(k) != v}

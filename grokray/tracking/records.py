@@ -118,6 +118,10 @@ class Tracker(Protocol):
 
     def delete_tag(self, run_id: str, key: str) -> None: ...
 
+    def rename_run(self, run_id: str, name: str) -> None:
+        """The run's name (RunRecord.name) becomes `name`: a reopened run takes the name of the trial that finishes
+        it. How the store keeps a name is the tracker's own (MLflow's is a tag of its own)."""
+
     def set_status(self, run_id: str, status: RunStatus, end_ms: int | None = None) -> None:
         """RunStatus.RUNNING reopens a run; any other ends it at `end_ms` (default: now)."""
 

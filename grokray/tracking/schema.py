@@ -9,7 +9,6 @@ from __future__ import annotations
 from ..contracts import DriverKind
 
 # -- tags on every run ----------------------------------------------------------------------------------------
-RUN_NAME_TAG = "mlflow.runName"  # MLflow's own: setting it renames the run
 ROLE_TAG = "grokray.role"  # PARENT or CONFIGURATION
 PARENT = "parent"
 CONFIGURATION = "configuration"

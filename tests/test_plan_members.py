@@ -1,7 +1,7 @@
 """A trial's configuration is parsed once, on the driver (issue 72: three times there and once more on the worker):
 the survey parses each; a pack's members are built from their signature's first configuration and their points
-(plan/members.py) and equal what parsing them would give; the worker rebuilds the wire form without a check or an
-import of the user's code. About 2 s."""
+(spec/trial.member_config) and equal what parsing them would give; the worker rebuilds the wire form without a check
+or an import of the user's code. About 2 s."""
 
 import pytest
 from test_pack import BASE

@@ -20,8 +20,7 @@ from ..engine.sizing import build_within_probe, fitted_pack_size, local_gpu_free
 from ..errors import SpecError
 from ..numbers import short_number
 from ..spec.build import Spec
-from ..spec.trial import TrialConfig
-from .members import member_config
+from ..spec.trial import TrialConfig, member_config
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
 
@@ -237,7 +236,7 @@ class Survey:
 
     def pack(self, pack_id: str, indices: list[int]) -> Pack:
         """One pack, its members built from their signature's first configuration and their points (no parse:
-        the survey parsed each already; plan/members.py)."""
+        the survey parsed each already; spec/trial.member_config)."""
         points = [self.spec.point(i) for i in indices]
         signature = self.signatures[self.group_of[indices[0]]]
         first, first_point = self.first[signature], self.spec.point(self.groups[signature][0])

@@ -122,3 +122,25 @@ def test_numbers_are_read_as_printed():
     assert matches("1,700", 1686.0) and not matches("1,680", 1686.0)  # a round figure, at its own precision
     assert formatted(0.00631, ".1e") == "6.3e-3" and formatted(12500.0, ".2e") == "1.25e4"  # as a note writes it
     assert matches("2,000", 1995.0) and not matches("0.78", 0.785001)
+
+
+def test_a_data_file_that_extends_a_page_and_two_pages_pooled_are_read_as_pages(monkeypatch):
+    """Fig. 6b's seeds 4-5 are a data file of their own, named after the page they extend; its note counts their
+    runs and the cells of both pooled (`A+B`), each cell's majority over every seed (issue 73: 13 numbers of that
+    section were typed by hand). About 1 s."""
+    monkeypatch.chdir(ROOT)
+    page, more = "liu_fig6b_toy_regression-paper", "liu_fig6b_toy_regression-paper-seeds-4-5"
+    data = _page_data(page)
+    extra = pd.read_csv(ATLAS / "data" / f"{more}.csv")
+    assert evaluate(f"runs in {more}", data) == len(extra)
+    assert evaluate(f"runs seed=4 phase=memorization in {more}", data) == int(
+        ((extra.seed == 4) & (extra.phase == "memorization")).sum())
+    pooled = stored_page(ATLAS, f"{page}+{more}")
+    assert len(pooled.runs) == len(data.runs) + len(extra)
+    assert pooled.cells["n"].sum() == len(pooled.runs) and len(pooled.cells) == len(data.cells)  # same cells
+    ties = int((pooled.cells["tie"] != "").sum())
+    assert evaluate(f"cells tie=any in {page}+{more}", data) == ties != evaluate("cells tie=any", data)
+    assert evaluate("cells tie=none", data) + evaluate("cells tie=any", data) == len(data.cells)
+    assert evaluate("cells mean agreement", data) == data.cells["agreement"].mean()  # over cells, not runs
+    with pytest.raises(FieldError, match="no page"):
+        evaluate(f"runs in {page}-seeds-8-9", data)  # no such data file

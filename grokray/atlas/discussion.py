@@ -37,7 +37,7 @@ def page_data(figure: Figure, out: Path, df: pd.DataFrame) -> PageData:
             and df["phase"].notna().any()):
         cells = figure_grid(figure, df).cells
     params = list(parse_search(figure.pieces[0].spec).space) if figure.pieces[0].search else None
-    return PageData(df, summary, cells, out, params, pages_of(out))
+    return PageData(df, summary, cells, out, params, pages_of(out), lambda stem: page_exists(out, stem))
 
 
 def pages_of(out: Path):
@@ -53,12 +53,41 @@ def pages_of(out: Path):
 
 def stored_page(out: Path, stem: str) -> PageData:
     """Another page's data, as its own note reads it, from its JSON and data file: a methods page's fields name
-    their methods' pages (`{{trials at lr min score in grokfast_norm-reduced}}`)."""
-    summary = json.loads((out / f"{stem}.json").read_text())
-    if "spec" not in summary:  # a methods page: its JSON alone
-        return PageData(pd.DataFrame(), summary, None, out, None, pages_of(out))
-    figure = plan_figure(summary["spec"], summary["scale"], tuple(summary.get("set", ())))
+    their methods' pages (`{{trials at lr min score in grokfast_norm-reduced}}`). Two more forms:
+    - a data file with no page of its own, named after the page it extends (data/<page>-seeds-4-5.csv: more seeds
+      of the same figure), read as that page's figure reads its runs; its JSON is the page's;
+    - `A+B`, the runs of both pooled, each cell's majority over the seeds of both (the cells drawn again)."""
+    if "+" in stem:
+        parts = [stored_page(out, part) for part in stem.split("+")]
+        figure = _page_figure(out, stem.split("+")[0])[0]
+        runs = pd.concat([p.runs for p in parts], ignore_index=True)
+        runs.attrs.update(parts[0].runs.attrs)
+        return page_data(figure, out, runs)
+    figure, summary = _page_figure(out, stem)
+    if figure is None:  # a methods page: its JSON alone
+        return PageData(pd.DataFrame(), summary, None, out, None, pages_of(out), lambda s: page_exists(out, s))
     return page_data(figure, out, read_run_table(out / "data" / f"{stem}.csv", figure))
+
+
+def page_exists(out: Path, stem: str) -> bool:
+    """Whether `stem` names a page's data stored_page can read (each part of a pooled `A+B`)."""
+    return all((out / f"{s}.json").exists() or (out / "data" / f"{s}.csv").exists() and _extended(out, s)
+               for s in stem.split("+"))
+
+
+def _extended(out: Path, stem: str) -> str | None:
+    """The page a data file without a page of its own extends: the longest page stem it starts with."""
+    pages = [p.stem for p in out.glob("*.json") if stem.startswith(p.stem + "-")]
+    return max(pages, key=len) if pages else None
+
+
+def _page_figure(out: Path, stem: str):
+    """(the figure, its JSON) of a page, or of the page a data file extends; (None, JSON) for a methods page."""
+    own = out / f"{stem}.json"
+    summary = json.loads((own if own.exists() else out / f"{_extended(out, stem)}.json").read_text())
+    if "spec" not in summary:
+        return None, summary
+    return plan_figure(summary["spec"], summary["scale"], tuple(summary.get("set", ()))), summary
 
 
 def note_path(out: Path, stem: str, notes_dir: str | Path | None = None) -> Path:

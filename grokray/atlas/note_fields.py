@@ -19,9 +19,12 @@ Fields: `AGGREGATE [COLUMN] [FILTER ...] [where FILTER ...] [| FORMAT]`
 - `trials F...`: a search's trials that pass (its runs grouped by the searched parameters; columns: the
   parameters, `voting`, the runs whose split can reach the threshold, `generalized`, those of them that comprehend
   or grok, and `score`, the step by which a majority of the voting runs reached the threshold, none where they did
-  not), after `where G...` keeps only the runs passing G; `trials AGGREGATE COLUMN F...` is one of the
-  aggregates above over the trials instead of the runs (`trials max optim.lr score<=1000`)
-- any field but `json` followed by `in PAGE` reads that page's data instead (a methods page names its methods')
+  not), after `where G...` keeps only the runs passing G; `trials AGGREGATE COLUMN F...` (and `cells AGGREGATE
+  COLUMN F...`) is one of the aggregates above over the trials (cells) instead of the runs (`trials max optim.lr
+  score<=1000`, `cells mean agreement`)
+- any field but `json` followed by `in PAGE` reads that page's data instead (a methods page names its methods');
+  PAGE may be a data file that extends a page (`liu_fig6b_toy_regression-paper-seeds-4-5`: more seeds of it) or
+  two pooled (`A+B`: both pages' runs, each cell's majority over all their seeds)
 - `json PATH [/ PATH]`: a value of the page's JSON, or the ratio of two (any field `A / B` is the ratio of two
   fields): a dotted path, a list's item by its
   index or by a value it holds (`methods.Muon.confirmed.median`), a key with a dot in brackets
@@ -70,6 +73,11 @@ class PageData:
     folder: Path | None = None
     params: list[str] | None = None  # a search's parameters (default: the data file's columns before `seed`)
     other: Callable[[str], PageData] | None = None  # another page's data by its name (`... in PAGE`)
+    exists: Callable[[str], bool] | None = None  # whether `other` can read that name (default: its JSON is there)
+
+    def __post_init__(self):
+        if self.exists is None:
+            self.exists = lambda stem: self.folder is not None and (self.folder / f"{stem}.json").exists()
 
     def page(self, stem: str) -> dict | None:
         path = self.folder / f"{stem}.json" if self.folder is not None else None
@@ -95,7 +103,8 @@ def _mask(df: pd.DataFrame, filters: list[str], field: str) -> pd.Series:
         column, op, raw = m.groups()
         col = _column(df, column)
         if raw in ("none", "any"):
-            hit = col.isna() if raw == "none" else col.notna()
+            empty = col.isna() | (col.astype(str) == "")  # a cell's `tie` is "" where there is none
+            hit = empty if raw == "none" else ~empty
             keep &= hit if op == "=" else ~hit
         elif op in ("=", "!=") and "," in raw:
             hit = col.isin([_value(v) for v in raw.split(",")]) | col.astype(str).isin(raw.split(","))
@@ -154,7 +163,7 @@ def evaluate(field: str, data: PageData):
         return float(field)
     words = field.split()
     if len(words) > 2 and words[-2] == "in" and not words[0] == "json":  # the same field over another page's data
-        if data.other is None or data.folder is None or not (data.folder / f"{words[-1]}.json").exists():
+        if data.other is None or data.folder is None or not data.exists(words[-1]):
             raise FieldError(f"{{{{{field}}}}}: no page {words[-1]!r} in the atlas to read")
         return evaluate(" ".join(words[:-2]), data.other(words[-1]))
     if not words or words[0] not in AGGREGATES:
@@ -178,6 +187,8 @@ def evaluate(field: str, data: PageData):
     if kind == "cells":
         if data.cells is None:
             raise FieldError(f"{{{{{field}}}}}: this page draws no phase diagram, so it has no cells")
+        if filters and filters[0] in COLUMN_AGGREGATES:  # an aggregate over the cells (`cells mean agreement`)
+            return _of_column(filters[0], filters[1:], data.cells, field)
         return int(_mask(data.cells, filters, field).sum())
     return _of_column(kind, filters, df, field)
 

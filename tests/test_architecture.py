@@ -218,6 +218,12 @@ def test_a_launchs_warm_up_asks_the_backend_what_to_import():
             "assert 'mlflow' not in sys.modules, 'memory:// loaded mlflow'; warm_store('sqlite:///x.db'); "
             "assert 'mlflow.store.tracking.sqlalchemy_store' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    from grokray.tracking.trackers import backend_of, is_remote  # each question asked of the URI's backend
+
+    assert [backend_of(u).name for u in ("memory://x", "sqlite:///x.db", "http://127.0.0.1:5000")] == [
+        "memory", "mlflow", "mlflow"]
+    assert [is_remote(u) for u in ("memory://x", "sqlite:///x.db", "postgresql://h/db", "https://h")] == [
+        False, False, False, True]
 
 
 def refers_to(path: Path, attr: str) -> bool:

@@ -1,13 +1,13 @@
 """`open_tracker(uri)`: the one place a tracking URI becomes a Tracker (tracking/records.py). MLflow serves every
-URI MLflow takes; `memory://` is the in-memory store of tracking/memory.py. A new backend adds its scheme here.
-
-What a launch asks of a store besides its runs is asked here too, of the URI's backend: whether it is a server
-across a network (`is_remote`: the writers' pool, a quick give-up when it is away) and its heavy modules, imported
-while Ray starts (`warm_store`)."""
+URI MLflow takes; `memory://` is the in-memory store of tracking/memory.py. Each is declared as a Backend, and what
+a launch asks of a store besides its runs is asked of the URI's backend: whether it is a server across a network
+(`is_remote`) and its heavy modules (`warm_store`)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .records import Tracker
 
@@ -18,24 +18,60 @@ def quiet_store_notices() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
-def is_memory(uri: str) -> bool:
-    return uri.startswith("memory:")
+@dataclass(frozen=True)
+class Backend:
+    """What a tracking backend is, declared once, so a launch asks the backend and never reads a URI itself: the
+    URIs it serves, those of them it reaches across a network (a server that may be away: the writers' pool, a
+    quick give-up), how it opens a store, and its heavy modules, imported while Ray starts. Asked without importing
+    the backend (a dry-run's questions): its own modules load only to open or warm a store."""
+
+    name: str
+    prefixes: tuple[str, ...]  # the URIs it serves, by how they start ("" : any URI no other backend serves)
+    remote: tuple[str, ...]  # the URIs of a server across a network
+    open: Callable[[str, bool, bool], Tracker]  # (uri, spooled, prepare)
+    warm: Callable[[str], None] | None = None
+
+
+def _open_memory(uri: str, spooled: bool, prepare: bool) -> Tracker:
+    from .memory import open_memory
+
+    return open_memory(uri)
+
+
+def _open_mlflow(uri: str, spooled: bool, prepare: bool) -> Tracker:
+    from .mlflow_tracker import MlflowTracker
+
+    return MlflowTracker(uri, spooled=spooled, prepare=prepare)
+
+
+def _warm_mlflow(uri: str) -> None:
+    from .mlflow_tracker import import_store_modules
+
+    import_store_modules(uri)
+
+
+# A new backend is one more line here and its Tracker in a module of its own (tests/test_tracker_contract.py).
+BACKENDS = (
+    Backend("memory", ("memory:",), (), _open_memory),
+    Backend("mlflow", ("",), ("http://", "https://"), _open_mlflow, _warm_mlflow),  # every URI MLflow takes
+)
+
+
+def backend_of(uri: str) -> Backend:
+    return next(b for b in BACKENDS if any(uri.startswith(p) for p in b.prefixes))
 
 
 def is_remote(uri: str) -> bool:
-    """A store behind a server (answers over a network, may be away), not a file or database this process opens:
-    MLflow's tracking server. Asked without importing the backend (a dry-run's question)."""
-    return uri.startswith(("http://", "https://"))
+    """A store behind a server (answers over a network, may be away), not a file or database this process opens."""
+    return uri.startswith(backend_of(uri).remote)
 
 
 def warm_store(uri: str) -> None:
     """Import the backend's heavy modules (MLflow's SQL store: seconds), so a launch's driver pays them while Ray
     starts; memory:// has none."""
-    if is_memory(uri):
-        return
-    from .mlflow_tracker import import_store_modules
-
-    import_store_modules(uri)
+    warm = backend_of(uri).warm
+    if warm is not None:
+        warm(uri)
 
 
 def open_tracker(uri: str, spooled: bool = False, prepare: bool = False) -> Tracker:
@@ -51,10 +87,4 @@ def open_tracker(uri: str, spooled: bool = False, prepare: bool = False) -> Trac
 
     Example: `grokray.open_tracker("sqlite:///mlflow.db")`
     """
-    if is_memory(uri):
-        from .memory import open_memory
-
-        return open_memory(uri)
-    from .mlflow_tracker import MlflowTracker
-
-    return MlflowTracker(uri, spooled=spooled, prepare=prepare)
+    return backend_of(uri).open(uri, spooled, prepare)

@@ -154,3 +154,22 @@ def test_the_searchs_first_setting_leads_and_the_other_confirmed_settings_are_re
     assert (f"A's other confirmed settings, reported and not chosen on these seeds: setting 2 (lr 0.004): median 270 "
             f"({other['low']:,.0f} to {other['high']:,.0f}).") in lines
     assert "of the best of them" not in page
+
+
+def test_a_trial_asha_stopped_is_said_stopped_not_a_failure_within_the_budget():
+    """Issue 73: the table's trial-0 column said 'not within 2,000' for a published setting ASHA stopped at step
+    300 (its trials.csv row carries the phase its deciding seed had so far). In memory, about 0.1 s."""
+    from grokray.atlas.search_comparison import _steps, stopped_by_scheduler
+    from grokray.tracking.schema import PHASE_TAG
+    from grokray.tracking.store import Store
+
+    store = Store("memory://")
+    exp = store.tracker.ensure_experiment("search")
+    runs = [store.tracker.create_run(exp, f"seed {s}", {}, None) for s in range(3)]
+    trial = {"number": "0", "value.time_to_generalize": "4000.0", "phase": "memorization",
+             "seeds_generalized": "0", "seeds_voting": "3", "mlflow_run_id": ",".join(runs)}
+    assert stopped_by_scheduler(store, trial)
+    assert _steps({**trial, "stopped": True}, "value.time_to_generalize", PENALTY, BUDGET) == "stopped by ASHA"
+    store.tracker.log(runs[1], tags={PHASE_TAG: "memorization"})  # one seed trained its budget and was classified
+    assert not stopped_by_scheduler(store, trial)
+    assert _steps(trial, "value.time_to_generalize", PENALTY, BUDGET) == "not within 2,000 (0/3 seeds)"

@@ -27,6 +27,7 @@ from ..search.confirm import (  # noqa: E402
     ROW_COLUMNS,
     confirmed_best,
 )
+from ..tracking.schema import PHASE_TAG  # noqa: E402
 from ..tracking.store import Store  # noqa: E402
 from .discussion import note_path, note_text, stored_page  # noqa: E402
 from .markdown import md_table, minutes  # noqa: E402
@@ -83,6 +84,8 @@ def method_row(result, store: Store) -> dict:
     first = next((t for t in done if t["number"] == "0" or (zero.get("trial_key") and
                                                             t.get("trial_key") == zero["trial_key"])), None)
     best = scored[0] if scored else None
+    if first is not None:
+        first = {**first, "stopped": stopped_by_scheduler(store, first)}
     compare = figure.config.compare
     return {"label": compare.label, "baseline": compare.label.lower().startswith("adamw"),
             "published_steps": compare.published_steps, "source": compare.source,
@@ -92,9 +95,22 @@ def method_row(result, store: Store) -> dict:
             "confirmed": confirmation_of(store, result.records[0].parent_run_id)}
 
 
+TRIAL_ZERO = "trial 0: the spec's setting"  # the paper's, where one is published for the task
+OLD_TRIAL_ZERO = "at the published setting (trial 0)"  # said of methods with no published setting too
+
+
+def stopped_by_scheduler(store: Store, trial: dict) -> bool:
+    """Whether ASHA stopped the trial before any of its runs was classified: its seeds' runs hold no phase. (Its
+    row's `phase` is then the phase its deciding seed had so far, not an outcome.)"""
+    ids = [i for i in str(trial.get("mlflow_run_id") or "").split(",") if i]
+    return bool(ids) and all(PHASE_TAG not in store.run(i).tags for i in ids)
+
+
 def _steps(trial: dict | None, objective: str, penalty: float, budget: int) -> str:
     if trial is None:
         return "-"
+    if trial.get("stopped"):
+        return "stopped by ASHA"
     votes = (f" ({trial['seeds_generalized']}/{trial['seeds_voting']} seeds)"
              if trial.get("seeds_voting") not in (None, "") else "")
     return steps_text(float(trial[objective]), penalty, budget) + votes
@@ -213,7 +229,7 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
     table = pd.DataFrame([{
         "method": r["label"],
         "published": f"{r['published_steps']:,}" if r["published_steps"] else "-",
-        "at the published setting (trial 0)": _steps(r["enqueued"], objective, penalty, budget),
+        TRIAL_ZERO: _steps(r["enqueued"], objective, penalty, budget),
         "best found": _steps(r["best"], objective, penalty, budget),
         "its setting": _setting(r["best"], r["searched"]),
         **({"confirmed: median at fresh seeds (90 % interval)": _confirmed(r["confirmed"], penalty, budget)}
@@ -223,6 +239,7 @@ def write_methods_page(name: str, results: list, out_dir: str | Path, tracking_u
     curves_figure(rows, store, out / "img" / f"{stem}-curves.png", facts["threshold"])
     methods = [{"label": r["label"], "published_steps": r["published_steps"], "figure": r["figure"],
                 "enqueued": _value(r["enqueued"], objective), "best": _value(r["best"], objective),
+                "enqueued_stopped": bool((r["enqueued"] or {}).get("stopped")),
                 "best_trial": int(r["best"]["number"]) if r["best"] else None, "trials": r["trials"],
                 "confirmed": r["confirmed"]} for r in rows]
     middle = ["```bash", *[f"grokray atlas --scale {scale} {r.figure.path.as_posix()}" for r in results], "```", "",
@@ -251,9 +268,41 @@ def redraw_methods_page(name: str, figures: list, out_dir: str | Path) -> Path:
     lines = page.read_text().split("\n")
     start = lines.index("```bash")
     end = next(k for k in range(start, len(lines)) if lines[k].startswith("![")) + 2
-    methods = json.loads((out / f"{stem}.json").read_text())["methods"]
+    summary = json.loads((out / f"{stem}.json").read_text())
+    methods = summary["methods"]
+    by_stem = {f.stem: f for f in figures}
+    for method in methods:  # a page drawn before trials stopped were said apart
+        if method["figure"] in by_stem and enqueued_stopped_in_data(out, by_stem[method["figure"]]):
+            method["enqueued_stopped"] = True
+            lines[start:end] = [_stopped_cell(line, method["label"]) for line in lines[start:end]]
+    (out / f"{stem}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    lines[start:end] = [line.replace(f"| {OLD_TRIAL_ZERO} |", f"| {TRIAL_ZERO} |") for line in lines[start:end]]
     page.write_text(methods_page_text(name, page_facts(figures[0]), methods, lines[start:end], _notes(out, stem)))
     return page
+
+
+def enqueued_stopped_in_data(out: Path, figure) -> bool:
+    """Whether the method's data file holds its enqueued setting's runs (trial 0), every one without a phase:
+    ASHA stopped it before any was classified."""
+    cfg, path = parse_search(figure.pieces[0].spec), out / "data" / f"{figure.stem}.csv"
+    if not cfg.enqueue or not path.exists():
+        return False
+    runs = pd.read_csv(path)
+    mine = pd.Series(True, index=runs.index)
+    for key, value in cfg.enqueue[0].items():
+        if key not in runs:
+            return False
+        mine &= (pd.to_numeric(runs[key], errors="coerce") - float(value)).abs() <= 1e-12 * max(1.0, abs(value))
+    return bool(mine.any()) and bool(runs.loc[mine, "phase"].isna().all())
+
+
+def _stopped_cell(line: str, label: str) -> str:
+    """The table row of `label` with its trial-0 cell (the third) saying the scheduler stopped it."""
+    cells = line.split(" | ")
+    if not line.startswith(f"| {label} |") or len(cells) < 3:
+        return line
+    cells[2] = "stopped by ASHA"
+    return " | ".join(cells)
 
 
 def _notes(out: Path, stem: str) -> str:

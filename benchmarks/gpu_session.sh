@@ -5,7 +5,9 @@
 #   2. the CUDA tests (pytest -m gpu: every family, the captured step against eager, tf32 and bf16)
 #   3. bench_pack.py --device cuda: the Grokfast transformer at K up to 256, the captured step beside the eager one,
 #      with the card's fp32 and TF32 matmul peaks measured in the same run; and the toy at K up to 1,024, hand-stacked
-#      beside the same toy as the user's own nn.Module (the module family)
+#      beside the same toy as the user's own nn.Module (the module family); bench_module.py --fixtures: modules
+#      written without vmap in mind (a one-hot MLP, nn.MultiheadAttention, Liu's toy) packed, against the plain
+#      PyTorch loop a researcher writes, K up to 1,024
 #   4. Fig. 6b at the paper budget (121 cells x seeds 0-3, 1e5 steps) through `grokray atlas` (grokray run on Ray
 #      Tune, MLflow on SQLite), captured step, two packs on the card, with its utilisation and memory sampled,
 #      compared run by run and cell by cell with the committed CPU page
@@ -43,12 +45,15 @@ if [ "$DEVICE" = cuda ]; then
   # issue 64: the toy as the user's own nn.Module (the module family) beside the hand-stacked toy, same K
   step bench-pack-module 60 "$PY" benchmarks/bench_pack.py --device cuda --quick --generic --models toy200 \
     --ks 1,32,256,1024
+  # issue 70: modules written without vmap in mind, packed, against the researcher's own plain loop on the card
+  step bench-module 100 "$PY" benchmarks/bench_module.py --device cuda --quick --fixtures --ks 1,32,256,1024
 else
   step pytest-gpu 60 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
   step bench-pack-toy 90 "$PY" benchmarks/bench_pack.py --device cpu --quick --capture --models toy32 --ks 1,8
   step bench-pack-module 60 "$PY" benchmarks/bench_pack.py --device cpu --quick --generic --models toy32 --ks 1,8
+  step bench-module 80 "$PY" benchmarks/bench_module.py --device cpu --quick --fixtures --ks 1,8
 fi
-grep -hE "^(\||# )" "$W"/logs/bench-pack-*.log >> "$SUMMARY"
+grep -hE "^(\||# )" "$W"/logs/bench-pack-*.log "$W"/logs/bench-module.log >> "$SUMMARY"
 
 atlas() {  # atlas NAME SECONDS SPEC SCALE [ -s ... ]: one figure through grokray atlas, its own store and pages
   local name=$1 limit=$2 spec=$3 scale=$4; shift 4

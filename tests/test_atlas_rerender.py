@@ -94,6 +94,11 @@ def test_the_scale_line_compares_field_by_field_swept_values_and_seeds():
     assert "optim.decoder.lr 3e-3 (paper: 1e-3)" in ops  # an unswept field: its value
     assert line("quickstart") is None  # the quickstart's reduced preset is its spec as written
     assert scale_line(plan_figure(ROOT / "sweeps" / "rfm_fraction.yaml", "paper")) is None
+    # issue 73: the variant's paper-scale pages ran capped at 2,000 steps and opened with no word of it
+    capped = plan_figure(ROOT / "sweeps" / "grokfast_variant_ma.yaml", "paper",
+                         ("train.steps=2000", "phases.budget=2000"))
+    assert scale_line(capped) == ("Run at the paper scale with overrides, so the setup differs from the spec's: "
+                                  "train.steps 2,000 (the spec: 100,000), phases.budget 2,000 (the spec: 100,000).")
 
 
 def test_a_search_page_says_which_trials_asha_stopped_apart_from_those_that_failed():

@@ -26,9 +26,10 @@ def swept_values(figure: Figure) -> dict[str, list]:
 def scale_differences(figure: Figure) -> list[tuple[str, object, object]]:
     """(key, this scale's value, the paper scale's) for every compared field that differs, in the configuration's
     order; a swept field's value is its list of values, and the seeds come last as `seeds`."""
-    if figure.scale == "paper":
+    if figure.scale == "paper" and not figure.overrides:
         return []
-    paper = plan_figure(figure.path, "paper", figure.overrides)
+    # the paper scale, with the same overrides; a paper-scale page run with overrides is held against the spec
+    paper = plan_figure(figure.path, "paper", () if figure.scale == "paper" else figure.overrides)
     my_axes, their_axes = swept_values(figure), swept_values(paper)
     mine = flatten(figure.pieces[0].spec.first_trial().to_dict())
     theirs = flatten(paper.pieces[0].spec.first_trial().to_dict())
@@ -59,6 +60,9 @@ def scale_line(figure: Figure) -> str | None:
     found = scale_differences(figure)
     if not found:
         return None
+    if figure.scale == "paper":  # its overrides (-s), against the spec as written
+        return ("Run at the paper scale with overrides, so the setup differs from the spec's: "
+                + ", ".join(f"{k} {_value(v, k)} (the spec: {_value(p, k)})" for k, v, p in found) + ".")
     return (f"At this scale ({figure.scale}) the setup differs from the paper's: "
             + ", ".join(f"{k} {_value(v, k)} (paper: {_value(p, k)})" for k, v, p in found) + ".")
 

@@ -163,7 +163,8 @@ def page_facts(figure) -> dict:
     spec = figure.pieces[0].spec
     cfg, trial = parse_search(spec), spec.first_trial()
     return {"penalty": cfg.penalty, "budget": trial.phases.budget, "threshold": trial.phases.threshold,
-            "objective": cfg.objective[0], "scale": figure.scale, "scale_line": scale_line(figure)}
+            "objective": cfg.objective[0], "scale": figure.scale, "scale_line": scale_line(figure),
+            "model_line": f"The setup: {figure.title.split(', method:')[0]}."}
 
 
 def methods_page_text(name: str, facts: dict, methods: list[dict], middle: list[str], notes: str) -> str:
@@ -172,6 +173,8 @@ def methods_page_text(name: str, facts: dict, methods: list[dict], middle: list[
     penalty, budget, threshold, scale = facts["penalty"], facts["budget"], facts["threshold"], facts["scale"]
     confirming = any(m.get("confirmed") for m in methods)
     lines = [f"# {name}: the methods side by side ({scale} scale)", ""]
+    if facts.get("model_line"):
+        lines += [facts["model_line"], ""]
     if facts.get("scale_line"):
         lines += [facts["scale_line"], ""]
     lines += [f"Every method searched the same task with the same budget ({budget:,} steps), trials, seeds and ASHA "

@@ -219,19 +219,20 @@ def trial_table(runs: pd.DataFrame, params: list[str] | None = None) -> pd.DataF
     if params is None:
         params = columns[columns.index("piece") + 1:columns.index("seed")] if "piece" in runs and "seed" in runs else []
     params = [p for p in params if p in runs]
-    val = next((c for c in columns if c.startswith("step_val_acc_")), None)
-    if not params or val is None:
+    crossing = next((c for c in columns if c.startswith(("step_val_acc_", "step_train_acc_"))), None)
+    if not params or crossing is None:
         return pd.DataFrame(columns=["voting", "generalized", "score"])
-    threshold = float(val.rsplit("_", 1)[1])
-    train = f"step_train_acc_{val.rsplit('_', 1)[1]}"
+    level = crossing.rsplit("_", 1)[1]  # a search where no run crossed val has no val column: none generalized
+    threshold, train, val = float(level), f"step_train_acc_{level}", f"step_val_acc_{level}"
 
     def step(v):
         return None if pd.isna(v) else v
 
     rows = []
     for _, trial in runs.groupby(params, dropna=False, sort=False):
-        members = [{"seed": r["seed"], "phase": r["phase"], "step_train": step(r.get(train)), "step_val": step(r[val]),
-                    "threshold": threshold, "ideal": step(r.get("ideal_val_acc"))} for _, r in trial.iterrows()]
+        members = [{"seed": r["seed"], "phase": r["phase"], "step_train": step(r.get(train)),
+                    "step_val": step(r.get(val)), "threshold": threshold, "ideal": step(r.get("ideal_val_acc"))}
+                   for _, r in trial.iterrows()]
         vote = seed_vote(["time_to_generalize"], math.inf, members)
         rows.append({**{p: trial[p].iloc[0] for p in params}, "voting": vote["seeds_voting"],
                      "generalized": vote["seeds_generalized"],

@@ -164,7 +164,11 @@ def page_facts(figure) -> dict:
     cfg, trial = parse_search(spec), spec.first_trial()
     return {"penalty": cfg.penalty, "budget": trial.phases.budget, "threshold": trial.phases.threshold,
             "objective": cfg.objective[0], "scale": figure.scale, "scale_line": scale_line(figure),
-            "model_line": f"The setup: {figure.title.split(', method:')[0]}."}
+            "model_line": f"What ran: {_lower_first(figure.title.split(', method:')[0])}."}
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
 
 
 def methods_page_text(name: str, facts: dict, methods: list[dict], middle: list[str], notes: str) -> str:

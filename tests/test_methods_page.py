@@ -173,3 +173,15 @@ def test_a_trial_asha_stopped_is_said_stopped_not_a_failure_within_the_budget():
     store.tracker.log(runs[1], tags={PHASE_TAG: "memorization"})  # one seed trained its budget and was classified
     assert not stopped_by_scheduler(store, trial)
     assert _steps(trial, "value.time_to_generalize", PENALTY, BUDGET) == "not within 2,000 (0/3 seeds)"
+
+
+def test_every_confirmed_settings_failed_seeds_are_said_by_phase():
+    """Issue 73: per-seed phases for every confirmation seed, the settings reported beside the leader included."""
+    from grokray.atlas.verdict import others_text
+
+    lead = confirmed([100, 110, 120, 130, 140], GROKS)
+    lead["others"] = [{**confirmed([4000, 4000, 300, 4000, 200], ["confusion", "memorization", "grokking",
+                                                                    "memorization", "grokking"]), "setting": 2}]
+    assert others_text("X", lead, PENALTY, BUDGET, 0.95).endswith(
+        "setting 2: median not within 2,000 (200 to not within 2,000, 3 of 5 did not reach val accuracy 0.95: 1 kept "
+        "train accuracy below 0.95, 2 reached train accuracy 0.95 and not val accuracy 0.95).")

@@ -50,15 +50,23 @@ def setting_text(values: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]} {float(v):.3g}" for k, v in values.items())
 
 
-def others_text(method: str, confirmed: dict, penalty: float, budget: int) -> str | None:
+def others_text(method: str, confirmed: dict, penalty: float, budget: int, threshold: float = 0.95) -> str | None:
     """The search's other confirmed settings at the same fresh seeds, reported beside its choice (not chosen by
-    them), or None where only one setting was confirmed or the data predate the rule."""
+    them), each with its failed seeds by phase, or None where only one setting was confirmed or the data predate
+    the rule."""
     others = confirmed.get("others") or []
     if not others:
         return None
+
+    def failed(o) -> str:
+        text = failure_text(o, penalty, budget, threshold)
+        return f", {text.split(' within ', 1)[0].replace(' fresh seeds', '')}{text.split(' steps', 1)[1]}" \
+            if text else ""
+
     listed = "; ".join(
         f"setting {o['setting']}" + (f" ({setting_text(o['setting_values'])})" if o.get("setting_values") else "")
-        + f": median {steps_text(o['median'], penalty, budget)} ({interval_text(o, penalty, budget)})" for o in others)
+        + f": median {steps_text(o['median'], penalty, budget)} ({interval_text(o, penalty, budget)}{failed(o)})"
+        for o in others)
     return f"{method}'s other confirmed settings, reported and not chosen on these seeds: {listed}."
 
 
@@ -116,7 +124,7 @@ def verdict_lines(methods: list[dict], penalty: float, budget: int, threshold: f
                      + ", ".join(stuck) + ".")
     lines += [f"{m}: {text}." for m, c in confirmed.items() if (text := failure_text(c, penalty, budget, threshold))]
     lines += [text for m, c in confirmed.items() if (text := other_setting_text(m, c))]
-    lines += [text for m, c in confirmed.items() if (text := others_text(m, c, penalty, budget))]
+    lines += [text for m, c in confirmed.items() if (text := others_text(m, c, penalty, budget, threshold))]
     nearest = [m["label"] for m in methods if m.get("confirmed") and m.get("best") is None]
     if nearest:
         lines.append("No trial generalized in the search, so the settings confirmed are the nearest (most seeds "

@@ -14,7 +14,7 @@ from analysis.pipeline import default_axes
 
 from ..search.config import parse_search
 from .data import read_run_table
-from .note_fields import HEADINGS, PageData, fill
+from .note_fields import HEADINGS, PageData, extended_page, fill
 from .plan import Figure, plan_figure
 
 HEADING = HEADINGS[0]
@@ -37,7 +37,7 @@ def page_data(figure: Figure, out: Path, df: pd.DataFrame) -> PageData:
             and df["phase"].notna().any()):
         cells = figure_grid(figure, df).cells
     params = list(parse_search(figure.pieces[0].spec).space) if figure.pieces[0].search else None
-    return PageData(df, summary, cells, out, params, pages_of(out), lambda stem: page_exists(out, stem))
+    return PageData(df, summary, cells, out, params, pages_of(out))
 
 
 def pages_of(out: Path):
@@ -65,26 +65,14 @@ def stored_page(out: Path, stem: str) -> PageData:
         return page_data(figure, out, runs)
     figure, summary = _page_figure(out, stem)
     if figure is None:  # a methods page: its JSON alone
-        return PageData(pd.DataFrame(), summary, None, out, None, pages_of(out), lambda s: page_exists(out, s))
+        return PageData(pd.DataFrame(), summary, None, out, None, pages_of(out))
     return page_data(figure, out, read_run_table(out / "data" / f"{stem}.csv", figure))
-
-
-def page_exists(out: Path, stem: str) -> bool:
-    """Whether `stem` names a page's data stored_page can read (each part of a pooled `A+B`)."""
-    return all((out / f"{s}.json").exists() or (out / "data" / f"{s}.csv").exists() and _extended(out, s)
-               for s in stem.split("+"))
-
-
-def _extended(out: Path, stem: str) -> str | None:
-    """The page a data file without a page of its own extends: the longest page stem it starts with."""
-    pages = [p.stem for p in out.glob("*.json") if stem.startswith(p.stem + "-")]
-    return max(pages, key=len) if pages else None
 
 
 def _page_figure(out: Path, stem: str):
     """(the figure, its JSON) of a page, or of the page a data file extends; (None, JSON) for a methods page."""
     own = out / f"{stem}.json"
-    summary = json.loads((own if own.exists() else out / f"{_extended(out, stem)}.json").read_text())
+    summary = json.loads((own if own.exists() else out / f"{extended_page(out, stem)}.json").read_text())
     if "spec" not in summary:
         return None, summary
     return plan_figure(summary["spec"], summary["scale"], tuple(summary.get("set", ()))), summary

@@ -73,15 +73,25 @@ class PageData:
     folder: Path | None = None
     params: list[str] | None = None  # a search's parameters (default: the data file's columns before `seed`)
     other: Callable[[str], PageData] | None = None  # another page's data by its name (`... in PAGE`)
-    exists: Callable[[str], bool] | None = None  # whether `other` can read that name (default: its JSON is there)
 
-    def __post_init__(self):
-        if self.exists is None:
-            self.exists = lambda stem: self.folder is not None and (self.folder / f"{stem}.json").exists()
+    def exists(self, stem: str) -> bool:
+        """Whether `stem` names data in the atlas folder: a page (its JSON), a data file that extends one, or each
+        part of a pooled `A+B`."""
+        return self.folder is not None and all(
+            (self.folder / f"{s}.json").exists()
+            or (self.folder / "data" / f"{s}.csv").exists() and extended_page(self.folder, s) is not None
+            for s in stem.split("+"))
 
     def page(self, stem: str) -> dict | None:
         path = self.folder / f"{stem}.json" if self.folder is not None else None
         return json.loads(path.read_text()) if path is not None and path.exists() else None
+
+
+def extended_page(folder: Path, stem: str) -> str | None:
+    """The page a data file without a page of its own extends (data/<page>-seeds-4-5.csv): the longest page stem
+    it starts with."""
+    pages = [p.stem for p in folder.glob("*.json") if stem.startswith(p.stem + "-")]
+    return max(pages, key=len) if pages else None
 
 
 def _value(text: str):

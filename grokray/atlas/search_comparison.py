@@ -96,7 +96,6 @@ def method_row(result, store: Store) -> dict:
 
 
 TRIAL_ZERO = "trial 0: the spec's setting"  # the paper's, where one is published for the task
-OLD_TRIAL_ZERO = "at the published setting (trial 0)"  # said of methods with no published setting too
 
 
 def stopped_by_scheduler(store: Store, trial: dict) -> bool:
@@ -275,41 +274,9 @@ def redraw_methods_page(name: str, figures: list, out_dir: str | Path) -> Path:
     lines = page.read_text().split("\n")
     start = lines.index("```bash")
     end = next(k for k in range(start, len(lines)) if lines[k].startswith("![")) + 2
-    summary = json.loads((out / f"{stem}.json").read_text())
-    methods = summary["methods"]
-    by_stem = {f.stem: f for f in figures}
-    for method in methods:  # a page drawn before trials stopped were said apart
-        if method["figure"] in by_stem and enqueued_stopped_in_data(out, by_stem[method["figure"]]):
-            method["enqueued_stopped"] = True
-            lines[start:end] = [_stopped_cell(line, method["label"]) for line in lines[start:end]]
-    (out / f"{stem}.json").write_text(json.dumps(summary, indent=1) + "\n")
-    lines[start:end] = [line.replace(f"| {OLD_TRIAL_ZERO} |", f"| {TRIAL_ZERO} |") for line in lines[start:end]]
+    methods = json.loads((out / f"{stem}.json").read_text())["methods"]
     page.write_text(methods_page_text(name, page_facts(figures[0]), methods, lines[start:end], _notes(out, stem)))
     return page
-
-
-def enqueued_stopped_in_data(out: Path, figure) -> bool:
-    """Whether the method's data file holds its enqueued setting's runs (trial 0), every one without a phase:
-    ASHA stopped it before any was classified."""
-    cfg, path = parse_search(figure.pieces[0].spec), out / "data" / f"{figure.stem}.csv"
-    if not cfg.enqueue or not path.exists():
-        return False
-    runs = pd.read_csv(path)
-    mine = pd.Series(True, index=runs.index)
-    for key, value in cfg.enqueue[0].items():
-        if key not in runs:
-            return False
-        mine &= (pd.to_numeric(runs[key], errors="coerce") - float(value)).abs() <= 1e-12 * max(1.0, abs(value))
-    return bool(mine.any()) and bool(runs.loc[mine, "phase"].isna().all())
-
-
-def _stopped_cell(line: str, label: str) -> str:
-    """The table row of `label` with its trial-0 cell (the third) saying the scheduler stopped it."""
-    cells = line.split(" | ")
-    if not line.startswith(f"| {label} |") or len(cells) < 3:
-        return line
-    cells[2] = "stopped by ASHA"
-    return " | ".join(cells)
 
 
 def _notes(out: Path, stem: str) -> str:

@@ -27,23 +27,31 @@ def interval_text(confirmed: dict, penalty: float, budget: int) -> str:
     return f"{steps_text(confirmed['low'], penalty, budget)} to {steps_text(confirmed['high'], penalty, budget)}"
 
 
-def failure_text(confirmed: dict, penalty: float, budget: int, threshold: float) -> str | None:
-    """'2 of 5 fresh seeds did not reach val accuracy 0.95 within 2,000 steps: 2 kept train accuracy below 0.95',
-    or None when every seed did."""
+def failed_seeds(confirmed: dict, penalty: float, threshold: float) -> tuple[int, int, str] | None:
+    """(seeds that did not reach the threshold, seeds, why: ': 2 kept train accuracy below 0.95' by phase), or None
+    when every seed did."""
     scores = confirmed["scores"]
     failed = [i for i, s in enumerate(scores) if s >= penalty]
     if not failed:
         return None
-    text = (f"{len(failed)} of {len(scores)} fresh seeds did not reach val accuracy {threshold:g} within "
-            f"{budget:,} steps")
     phases = confirmed.get("phases")
     if not phases or len(phases) != len(scores):
-        return text + " (this page's data does not record whether they fit the training set)"
+        return len(failed), len(scores), " (this page's data does not record whether they fit the training set)"
     kinds: dict[str, int] = {}
     for i in failed:
         why = FAILURE_WORDS.get(phases[i], phases[i]).format(t=threshold)
         kinds[why] = kinds.get(why, 0) + 1
-    return text + ": " + ", ".join(f"{n} {why}" for why, n in kinds.items())
+    return len(failed), len(scores), ": " + ", ".join(f"{n} {why}" for why, n in kinds.items())
+
+
+def failure_text(confirmed: dict, penalty: float, budget: int, threshold: float) -> str | None:
+    """'2 of 5 fresh seeds did not reach val accuracy 0.95 within 2,000 steps: 2 kept train accuracy below 0.95',
+    or None when every seed did."""
+    found = failed_seeds(confirmed, penalty, threshold)
+    if found is None:
+        return None
+    n, of, why = found
+    return f"{n} of {of} fresh seeds did not reach val accuracy {threshold:g} within {budget:,} steps{why}"
 
 
 def setting_text(values: dict) -> str:
@@ -59,9 +67,8 @@ def others_text(method: str, confirmed: dict, penalty: float, budget: int, thres
         return None
 
     def failed(o) -> str:
-        text = failure_text(o, penalty, budget, threshold)
-        return f", {text.split(' within ', 1)[0].replace(' fresh seeds', '')}{text.split(' steps', 1)[1]}" \
-            if text else ""
+        found = failed_seeds(o, penalty, threshold)
+        return f", {found[0]} of {found[1]} did not reach val accuracy {threshold:g}{found[2]}" if found else ""
 
     listed = "; ".join(
         f"setting {o['setting']}" + (f" ({setting_text(o['setting_values'])})" if o.get("setting_values") else "")

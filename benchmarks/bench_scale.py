@@ -241,44 +241,20 @@ def measure(n: int, uri: str, work: Path, server_pid: int | None) -> dict:
 
 
 # -- a store that already holds many runs -----------------------------------------------------------------------
-PREFILL_SQL = """
-CREATE TEMP TABLE u AS SELECT i, md5(i::text || random()::text) AS id FROM generate_series(1, {runs}) i;
-INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id, status, start_time, end_time,
-  source_version, lifecycle_stage, artifact_uri, experiment_id)
-  SELECT id, 'r' || i, 'LOCAL', '', '', 'bench', 'FINISHED', 1700000000000 + i, 1700000001000 + i, '', 'active', '',
-  {experiment} FROM u;
-INSERT INTO tags (key, value, run_uuid) SELECT 'tag' || k, 'value-' || k, id FROM u, generate_series(0, 12) k;
-INSERT INTO tags (key, value, run_uuid) SELECT '{parent_tag}', '{parent}', id FROM u;
-INSERT INTO params (key, value, run_uuid) SELECT 'p' || k, random()::text, id FROM u, generate_series(0, 53) k;
-INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)
-  SELECT 'm' || k, random(), 1700000000000, 29, false, id FROM u, generate_series(0, 19) k;
-INSERT INTO metrics (key, value, timestamp, step, is_nan, run_uuid)
-  SELECT 'm' || k, random(), 1700000000000 + i * 1000 + s, s, false, id
-  FROM u, generate_series(0, 9) k, generate_series(0, 29) s
-"""
-
-
 def prefill(pg, uri: str, runs: int) -> float:
-    """`runs` finished runs under one parent in an experiment of their own, written by SQL, each with what a bench
-    launch's child holds (14 tags, 54 params, 20 latest metrics, 300 metric points; the 10^5 launch's store held
-    25.5 M points at 8·10^4 runs): the launches then measure what a store of that size costs them, in minutes
-    instead of the hours a 10^5 launch takes. Returns the seconds it took."""
-    import psycopg
-
-    from grokray.tracking.mlflow_tracker import PARENT_TAG  # the SQL below writes MLflow's own tables
+    """`runs` finished runs under one parent in an experiment of their own, written by SQL
+    (grokray.tracking.mlflow_fill), each with what a bench launch's child holds (14 tags, 54 params, 20 latest
+    metrics, 300 metric points; the 10^5 launch's store held 25.5 M points at 8·10^4 runs): the launches then
+    measure what a store of that size costs them, in minutes instead of the hours a 10^5 launch takes. Returns the
+    seconds it took."""
+    from grokray.tracking.mlflow_fill import fill_finished_runs
     from grokray.tracking.trackers import open_tracker
 
     t0 = time.time()
     tracker = open_tracker(uri)
     experiment = tracker.ensure_experiment("prefill")
     parent = tracker.create_run(experiment, "prefill", {}, None)
-    with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="mlflow") as con:
-        sql = PREFILL_SQL.format(runs=runs, experiment=experiment, parent=parent, parent_tag=PARENT_TAG)
-        for statement in sql.split(";"):
-            if statement.strip():
-                con.execute(statement)
-    with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="mlflow", autocommit=True) as con:
-        con.execute("VACUUM ANALYZE")  # as autovacuum would have left a store filled over hours
+    fill_finished_runs(pg.uri, experiment, parent, runs)
     return time.time() - t0
 
 

@@ -64,3 +64,30 @@ def test_the_cluster_recipe_reaches_postgres_with_the_pgpass_password_only(tmp_p
             assert password not in str(stored.params) + str(stored.tags)
         assert pg.sql("SELECT count(*) FROM runs")[0][0] == 1  # it went to PostgreSQL, as the mlflow role
         assert pg.sql("SELECT tableowner FROM pg_tables WHERE tablename = 'runs'")[0][0] == "mlflow"
+
+
+def test_a_store_filled_by_sql_reads_back_through_the_tracker_as_finished_children():
+    """tracking/mlflow_fill.py writes MLflow's tables directly (bench_scale's store of 8·10^4 old runs): the runs
+    must be what MLflow itself would hold, so the tracker finds them under their parent with every tag, param,
+    latest metric and curve point. About 4 s (a PostgreSQL of its own)."""
+    from grokray.tracking.client import search_all
+    from grokray.tracking.mlflow_fill import fill_finished_runs
+    from grokray.tracking.records import RunQuery, RunStatus
+    from grokray.tracking.trackers import open_tracker
+
+    with LocalPostgres() as pg:
+        tracker = open_tracker(pg.uri)
+        experiment = tracker.ensure_experiment("old sweeps")
+        parent = tracker.create_run(experiment, "old sweeps", {}, None)
+        fill_finished_runs(pg.uri, experiment, parent, 25, tags=3, params=5, metrics=4, series=2, points=7)
+        children = search_all(tracker, experiment, RunQuery(parent_id=parent))
+        assert len(children) == 25 and len({c.run_id for c in children}) == 25
+        first = children[0]
+        assert first.status == RunStatus.FINISHED and first.parent_id == parent
+        assert sorted(k for k in first.tags if not k.startswith("mlflow.")) == ["tag1", "tag2", "tag3"]
+        assert sorted(first.params) == ["p1", "p2", "p3", "p4", "p5"]
+        assert sorted(first.metrics) == ["m1", "m2", "m3", "m4"]
+        curve = tracker.curve(first.run_id, "m2")
+        assert [p.step for p in curve] == list(range(7)) and tracker.curve(first.run_id, "m3") == []
+        with pytest.raises(ValueError, match="series"):
+            fill_finished_runs(pg.uri, experiment, parent, 1, metrics=2, series=3)

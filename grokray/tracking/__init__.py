@@ -7,6 +7,7 @@ names, and whether it answers), records (runs, points, statuses and queries as p
 searches grokray makes), client (retry, StoreAway, paging), store (what the layers above read), spool (an outage's
 write-ahead files), delivery and background (courier and replay), parent (one launch's parent run), drivers
 (whether a launch's driver died; pure), pack_runs (a pack's child runs, in the worker), history (what stored runs
-say about cost), local_servers (a throwaway PostgreSQL and `mlflow server`). Importing this package loads none of
+say about cost), local_servers (a throwaway PostgreSQL and `mlflow server`), mlflow_fill (a PostgreSQL store
+filled with old runs by SQL, for benchmarks). Importing this package loads none of
 them: import the module you need, so that reading `schema` never loads MLflow.
 """

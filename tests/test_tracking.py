@@ -229,3 +229,26 @@ def test_a_reopened_run_points_at_the_trial_that_reruns_it(pack_setup):
     for run in second.runs:
         stored = client.get_run(run.run_id)
         assert stored.data.tags[SEARCH_TRIAL_TAG] == "7" and stored.info.run_name.startswith("#7 "), stored.info
+
+
+@pytest.mark.parametrize("params_now", [True, False])
+def test_a_search_trial_stopped_at_its_first_report_still_has_its_params(pack_setup, params_now):
+    """Issue 73's three rows without parameters: a search's ASHA stopped a trial at its first report, and the
+    worker ended before its first curve points (which carried the params) left it. A study's pack sends its runs'
+    params when it opens them; a grid's pack, which no scheduler stops, still sends them with its first batch (one
+    request a run fewer). About 1 s each."""
+    _, ctx, pack, configs = pack_setup
+    tracker = PackTracker(ctx, pack)
+    tracker.open("node-a", params_now=params_now)  # ... and the trial is stopped here
+    client = MlflowClient(ctx.tracking_uri)
+    for run, config in zip(tracker.runs, configs, strict=True):
+        params = client.get_run(run.run_id).data.params
+        if params_now:
+            assert params["optim.decoder.lr"] == str(config.optim["decoder"].lr) and params["seed"] == str(config.seed)
+        else:
+            assert params == {}
+    trainer = make_trainer(configs)
+    trainer.run(until=40)
+    tracker.log_curves(trainer.results())  # the params are sent once either way
+    assert all(client.get_run(r.run_id).data.params["seed"] == str(c.seed)
+               for r, c in zip(tracker.runs, configs, strict=True))

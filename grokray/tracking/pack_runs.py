@@ -142,10 +142,23 @@ class PackTracker:
         finally:
             self.seconds += time.perf_counter() - t0
 
-    def open(self, node_id: str = "", restored_from: int = 0) -> None:
+    def open(self, node_id: str = "", restored_from: int = 0, params_now: bool = False) -> None:
         """Find or make the members' runs. `restored_from`: the step the pack's checkpoint continues from (0: it
-        trains from the start, so a run found with curves counts one more start)."""
+        trains from the start, so a run found with curves counts one more start). `params_now`: send each run's
+        params at once instead of with its first curve points (a request a run more): for a trial that its
+        scheduler may stop at its first report (a search's ASHA), before any curve point leaves the worker, so
+        that its run still says which setting it was."""
         self._timed(self._open, node_id, restored_from)
+        if params_now:
+            self._timed(self._send_params)
+
+    def _send_params(self) -> None:
+        batches = [Batch(run.run_id, [], clean(run.pending_params), clean(run.pending_tags), None, key=run.key,
+                         create=None if run.run_id else run.create) for run in self.runs if run.pending_params]
+        for run in self.runs:
+            if run.pending_params:
+                run.pending_params, run.pending_tags = {}, {}
+        self.courier.send_many(batches)
 
     def _open(self, node_id: str, restored_from: int) -> None:
         target = self.target

@@ -191,7 +191,7 @@ def train_pack(config: dict) -> None:
 
     node_id = ray.get_runtime_context().get_node_id()
     tracker = PackTracker(ctx.target, pack)
-    tracker.open(node_id, restored_from)
+    tracker.open(node_id, restored_from, params_now=bool(ctx.objective))  # a study's ASHA may stop it at once
     report = PackReport(pack, ctx, node_id, restored_from, placement if device == "cuda" else {}, set_aside)
     if tracker.all_finished and not ctx.objective:
         # Stopped after every member's run had ended but before Tune heard the last report: MLflow holds the

@@ -77,12 +77,25 @@ def requirements() -> list[str]:
         name = norm(re.match(r"[A-Za-z0-9_.-]+", req).group(0))
         extras = re.search(r"\[[^]]*\]", req)
         source = "mlflow" if name == "mlflow-skinny" else name
-        try:
-            version = metadata.version(source) if name in PINNED else None
-        except metadata.PackageNotFoundError:
-            version = None
+        version = tested_version(source) if name in PINNED else None
         pinned.append(f"{name}{extras.group(0) if extras else ''}=={version}" if version else req)
     return pinned
+
+
+def tested_version(name: str) -> str:
+    """The version of `name` the tests run against: this interpreter's, else the project's .venv's (the bundle is
+    built with a bare python3, which has none of them: unpinned, MLflow's skinny client came a version ahead of the
+    tested MLflow, and the CPU check warned of the mismatch). Neither: exit, naming the step that installs it."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        pass
+    for site in sorted((ROOT / ".venv" / "lib").glob("python*/site-packages")):
+        found = [d.version for d in metadata.distributions(path=[str(site)]) if norm(d.metadata["Name"]) == name]
+        if found:
+            return found[0]
+    sys.exit(f"gpu_bundle: no installed {name} to pin the bundle to (neither this interpreter's nor .venv's); "
+             "run `make .venv/.installed` first")
 
 
 def target_flags(python: str) -> list[str]:

@@ -1,7 +1,7 @@
 """The GPU bundle pins Ray, MLflow and Optuna to the versions the tests ran against, also when it is built with a
 bare python3 that has none of them installed (the documented command): the project's .venv says the versions.
 Unpinned, the bundle's MLflow client came a version ahead of the tested MLflow (3.18.0 beside 3.17.2). The bundle
-itself is tests/test_gpu_bundle.py's (slow). Under 1 s."""
+itself is tests/test_gpu_bundle.py's (slow). About 2 s."""
 
 import sys
 from pathlib import Path

@@ -40,8 +40,9 @@ finish() {
 }
 install_bundle() {  # the wheels carried in .whl/ (benchmarks/gpu_bundle.py) into /tmp/site; then the device's versions
   if [ -n "${SKIP_INSTALL:-}" ]; then say "install: skipped (SKIP_INSTALL, $PY has the packages)"; else
-    step install 60 bash -c "$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/*.whl && echo installed \$(ls .whl/*.whl | wc -l) wheels"
+    # a fresh target: --upgrade over an earlier install leaves the old version's dist-info beside the new one
+    step install 60 bash -c "rm -rf /tmp/site && $PY -m pip install -q --no-index --no-deps --no-compile \
+      --no-cache-dir --target /tmp/site .whl/*.whl && echo installed \$(ls .whl/*.whl | wc -l) wheels"
   fi
   export PYTHONPATH=/tmp/site:$REPO:$REPO/tests
   step device 30 bash -c "(command -v nvidia-smi >/dev/null && nvidia-smi) || echo 'no nvidia-smi'; $PY -c '

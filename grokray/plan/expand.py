@@ -20,7 +20,7 @@ from ..engine.sizing import build_within_probe, fitted_pack_size, local_gpu_free
 from ..errors import SpecError
 from ..numbers import short_number
 from ..spec.build import Spec
-from ..spec.trial import TrialConfig, member_config
+from ..spec.trial import TrialConfig, config_key, member_config
 
 NAME_ALIASES = {"weight_decay": "wd", "train_fraction": "frac", "train_size": "n_train", "init_scale": "init"}
 
@@ -112,18 +112,12 @@ def run_name(point: dict, swept: list[str], log_axes=()) -> str:
 
 
 def pack_to_dict(pack: Pack, swept: list[str], log_axes=()) -> dict:
-    return {
-        "pack_id": pack.pack_id,
-        "members": [
-            {
-                "config": m.config.to_dict(),
-                "key": m.key,
-                "name": run_name(m.point, swept, log_axes),
-                "point": {k: m.point[k] for k in m.point},
-            }
-            for m in pack.members
-        ],
-    }
+    members = []
+    for m in pack.members:
+        config = m.config.to_dict()
+        members.append({"config": config, "key": config_key(config), "name": run_name(m.point, swept, log_axes),
+                        "point": dict(m.point)})
+    return {"pack_id": pack.pack_id, "members": members}
 
 
 def _deal(items: list, size: int) -> list[list]:

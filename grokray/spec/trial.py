@@ -68,8 +68,13 @@ class TrialConfig:
 
     def key(self) -> str:
         """Stable identity of the configuration: what a retried or resumed trial is found by."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return config_key(self.to_dict())
+
+
+def config_key(data: dict) -> str:
+    """TrialConfig.key of the configuration whose to_dict is `data`: a pack's dicts are made once, not twice."""
+    blob = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def rebuilt(cls, data: dict, what: str):

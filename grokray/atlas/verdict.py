@@ -58,7 +58,7 @@ def setting_text(values: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]} {float(v):.3g}" for k, v in values.items())
 
 
-def others_text(method: str, confirmed: dict, penalty: float, budget: int, threshold: float = 0.95) -> str | None:
+def others_text(method: str, confirmed: dict, penalty: float, budget: int, threshold: float) -> str | None:
     """The search's other confirmed settings at the same fresh seeds, reported beside its choice (not chosen by
     them), each with its failed seeds by phase, or None where only one setting was confirmed or the data predate
     the rule."""

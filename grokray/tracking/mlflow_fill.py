@@ -60,8 +60,7 @@ def fill_finished_runs(database_uri: str, experiment_id: str, parent_id: str, ru
                   "last_step": points - 1}
         with engine.begin() as con:
             for statement in FILL_SQL.split(";"):
-                names = [k for k in values if f":{k}" in statement]
-                con.execute(text(statement), {k: values[k] for k in names})
+                con.execute(text(statement), values)  # a statement takes the values it names
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as con:
             con.execute(text("VACUUM ANALYZE"))  # as autovacuum would have left a store filled over months
     finally:

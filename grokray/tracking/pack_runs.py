@@ -153,11 +153,11 @@ class PackTracker:
             self._timed(self._send_params)
 
     def _send_params(self) -> None:
-        batches = [Batch(run.run_id, [], clean(run.pending_params), clean(run.pending_tags), None, key=run.key,
-                         create=None if run.run_id else run.create) for run in self.runs if run.pending_params]
-        for run in self.runs:
-            if run.pending_params:
-                run.pending_params, run.pending_tags = {}, {}
+        batches = []
+        for run in (r for r in self.runs if r.pending_params):
+            batches.append(Batch(run.run_id, [], clean(run.pending_params), clean(run.pending_tags), key=run.key,
+                                 create=None if run.run_id else run.create))
+            run.pending_params, run.pending_tags = {}, {}
         self.courier.send_many(batches)
 
     def _open(self, node_id: str, restored_from: int) -> None:

@@ -2,6 +2,7 @@
 
 import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,18 @@ def _ray_workers_at_the_tests_priority():
     yield
     if before is None:
         os.environ.pop(WORKER_NICENESS, None)
+
+
+@pytest.fixture(autouse=True)
+def _no_launch_warm_up_outlives_its_test():
+    """A launch's background warm-up (run/warm.py) ends with the launch, started or not: one left running by a
+    launch whose Ray never started once logged MLflow's table migrations into the next test's stderr, and CI
+    failed on a test it had nothing to do with (2026-12-07). The test that leaves one fails instead."""
+    yield
+    left = [t for t in threading.enumerate() if t.name.startswith("grokray-warm")]
+    for thread in left:
+        thread.join(0.2)  # a finished warm-up's thread is gone within microseconds; a store's migrations take seconds
+    assert not [t.name for t in left if t.is_alive()], "a launch's warm-up thread outlived its test"
 
 
 def _private_ray(num_cpus: int):

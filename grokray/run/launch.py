@@ -18,6 +18,7 @@ import re
 import sys
 import threading
 import time
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -147,16 +148,19 @@ class Launch:
         # whose seconds go mostly to waiting for its processes: ~3 s of a laptop sweep's start hidden.
         ready = driver_imports_in_background(self.uri, then=partial(ParentRun, self.uri, self.spec.name,
                                                                      self.storage))
-        # the load of other jobs, measured before our own trials add to it (a cluster's load is not ours to see)
-        busy = busy_machine_note() if starts_private_ray(self.options) else None
-        self.started_ray = start_ray(self.options)
-        self.timings["ray_start"] = time.time() - self.t_start
         try:
+            # the load of other jobs, measured before our own trials add to it (a cluster's load is not ours to see)
+            busy = busy_machine_note() if starts_private_ray(self.options) else None
+            self.started_ray = start_ray(self.options)
+            self.timings["ray_start"] = time.time() - self.t_start
             check_cluster_gpus(self.spec)
             self.notes = [note for note in (busy, idle_gpu_note(self.spec)) if note]
             self.gpu_free = gpu_free_bytes(self.spec)
             self.parent = ready.result()
         except BaseException:
+            # no thread outlives a launch that did not start: the warm-up is still opening the store (a new SQLite
+            # file's migrations log as they go), and a caller that goes on (a notebook, a test) would hear it later
+            wait([ready])
             self._stop_ray()
             raise
         return self

@@ -88,13 +88,22 @@ class MemberRun:
         self.key = key
         self.run_id = run_id
         self.last_step = last_step  # metric key -> last step stored
-        self.pending_params = params or {}  # sent with the first batch of metrics
+        self.pending_params = params or {}  # sent with its first batch
         self.pending_tags = tags or {}
         self.create = create  # what delivery needs to make the run, while run_id is ""
         self.finished = False  # its summaries, phase tag and end are sent (or it was found finished)
         self.sealed = False  # found finished in the store: nothing of it is sent again
         self.phase = ""  # a sealed run's phase, as stored, and what it counts as (grokray.phases.counted_phase)
         self.counted_as = ""
+
+    def batch(self, metrics: list | None = None, tags: dict | None = None, terminate: str | None = None,
+              end_time: int | None = None) -> Batch:
+        """What this run sends next; the params and tags it has not sent yet go with it, once."""
+        batch = Batch(self.run_id, metrics or [], clean(self.pending_params),
+                      clean({**self.pending_tags, **(tags or {})}), terminate, key=self.key,
+                      create=None if self.run_id else self.create, end_time=end_time)
+        self.pending_params, self.pending_tags = {}, {}
+        return batch
 
 
 class PackTracker:
@@ -153,12 +162,7 @@ class PackTracker:
             self._timed(self._send_params)
 
     def _send_params(self) -> None:
-        batches = []
-        for run in (r for r in self.runs if r.pending_params):
-            batches.append(Batch(run.run_id, [], clean(run.pending_params), clean(run.pending_tags), key=run.key,
-                                 create=None if run.run_id else run.create))
-            run.pending_params, run.pending_tags = {}, {}
-        self.courier.send_many(batches)
+        self.courier.send_many([run.batch() for run in self.runs if run.pending_params])
 
     def _open(self, node_id: str, restored_from: int) -> None:
         target = self.target
@@ -291,20 +295,18 @@ class PackTracker:
                     if step > last and value is not None and math.isfinite(value):
                         metrics.append([key, float(value), now, int(step)])
                         run.last_step[key] = step
-            tags, terminate, end_ms = dict(run.pending_tags), None, None
+            tags, terminate, end_ms = {}, None, None
             if ended is not None and ended[i] is not None and not run.finished:
                 summary = result.summary(thresholds[i])
                 metrics += [[k, float(v), now, int(result.steps_run)] for k, v in summary.items()
                             if v is not None and math.isfinite(float(v))]
                 counted = counted_phase(result.phase, result.ideal_val_acc, thresholds[i])  # undecodable: said
                 terminate, end_ms = RunStatus.FINISHED.value, int(ended[i] * 1000)
-                tags = {**tags, PHASE_TAG: result.phase, ENDED_TAG: str(end_ms),
+                tags = {PHASE_TAG: result.phase, ENDED_TAG: str(end_ms),
                         **({COUNTED_TAG: counted} if counted != result.phase else {})}
                 run.finished = True
-            if metrics or tags or run.pending_params or terminate:
-                batches.append(Batch(run.run_id, metrics, clean(run.pending_params), clean(tags), terminate,
-                                     key=run.key, create=None if run.run_id else run.create, end_time=end_ms))
-                run.pending_params, run.pending_tags = {}, {}
+            if metrics or tags or run.pending_tags or run.pending_params or terminate:
+                batches.append(run.batch(metrics, tags, terminate, end_ms))
         self.courier.send_many(batches)
 
     def close(self) -> int:

@@ -349,12 +349,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> int:
-    """The console script (`grokray`, `python -m grokray`): main, then its objects frozen for the interpreter's
-    exit, whose last collection otherwise walks every object torch, Ray and MLflow built (2.2-2.5 s of CPU per
-    process measured on the 2-core VM, and a launch is two processes). Tests call main, which leaves them be."""
+    """The console script (`grokray`, `python -m grokray`, `python -m grokray.cli`): main, then its objects frozen
+    for the interpreter's exit, whose last collection otherwise walks every object torch, Ray and MLflow built
+    (2.2-2.5 s of CPU per process measured on the 2-core VM, and a launch is two processes). Tests call main, which
+    leaves them be."""
     code = main()
     gc.freeze()
+    _forget_caught_interrupts()
     return code
+
+
+def _forget_caught_interrupts() -> None:
+    """CPython marks a KeyboardInterrupt that is raised inside exec() of a string as unhandled even when it is
+    caught (dataclasses and namedtuples make their methods so, and a stop signal during their imports lands there),
+    and `python -m` then ends the process by SIGINT instead of with grokray's exit code: CI saw -2 where `grokray
+    ui`'s stop returns 130, and a supervised driver's stopped launch (run as `python -m grokray`) would end 130,
+    not 1. Running exec() of a string clears the mark (CPython 3.11, Python/pythonrun.c: run_eval_code_obj)."""
+    exec("")
 
 
 def _handled(args) -> int:
@@ -382,4 +393,4 @@ def _handled(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

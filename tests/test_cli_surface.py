@@ -171,3 +171,24 @@ def test_output_into_a_closed_pipe_ends_quietly_as_a_shell_tool_does(tmp_path):
         os.close(write)
     assert done.returncode == 141 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "BrokenPipe" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module", ["grokray", "grokray.cli"])
+def test_a_stop_caught_inside_exec_made_code_ends_with_grokrays_exit_code(tmp_path, module):
+    """CI saw `grokray ui` end by SIGINT (-2) instead of 130: its SIGTERM had raised KeyboardInterrupt inside code
+    made by exec() (a dataclass being built as a module was imported), which CPython then marks unhandled, though
+    the CLI caught it, and `python -m` ends such a process by SIGINT. The same stop each time here: the command's
+    handler raises the interrupt from exec'd code. Run as the supervisor runs a launch's driver (`python -m
+    grokray`) and as the tests run the CLI; about 1 s each."""
+    import subprocess
+    import sys
+
+    (tmp_path / "stopped_in_exec.py").write_text(
+        "import runpy, sys\n"
+        "from grokray import ui\n"
+        "ui.serve_runs_ui = lambda *args: exec('raise KeyboardInterrupt')\n"
+        f"sys.argv = [{module!r}, 'ui']\n"
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+    done = subprocess.run([sys.executable, "-m", "stopped_in_exec"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+    assert (done.returncode, done.stderr.strip().splitlines()[-1:]) == (130, ["grokray: interrupted"]), done.stderr

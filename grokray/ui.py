@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .errors import SpecError
 from .tracking.client import existing_store
-from .tracking.local_servers import MlflowServer
+from .tracking.local_servers import MlflowServer, stops_held
 from .tracking.store import Store
 from .tracking.uri import ui_problem
 
@@ -100,10 +100,12 @@ def serve_optuna(journal: str, host: str, port: int) -> int:
     if not _port_free(host, port):
         raise SpecError("--port", f"{host}:{port} is in use; choose another with --port")
     _stops_interrupt()
-    proc = subprocess.Popen([exe, str(path), "--storage-class", "JournalFileStorage", "--host", host,
-                             "--port", str(port), "--quiet"], start_new_session=True)
+    proc = None
     url = f"http://{host}:{port}"
     try:
+        with stops_held():  # a Ctrl-C as the dashboard's process is made finds proc set, so the finally ends it
+            proc = subprocess.Popen([exe, str(path), "--storage-class", "JournalFileStorage", "--host", host,
+                                     "--port", str(port), "--quiet"], start_new_session=True)
         end = time.monotonic() + 60
         while True:
             try:
@@ -116,7 +118,7 @@ def serve_optuna(journal: str, host: str, port: int) -> int:
         print(f"optuna-dashboard on {path}: {url}   (Ctrl-C stops it)", flush=True)
         _wait(proc)
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)  # its own session: the whole group goes
             try:
                 proc.wait(timeout=10)

@@ -170,6 +170,37 @@ def test_a_stop_as_grokray_ui_starts_leaves_no_server(tmp_path, monkeypatch):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def test_a_stop_that_lands_as_the_servers_process_is_made_leaves_no_server(tmp_path, monkeypatch):
+    """A SIGTERM inside Popen, once the server's process existed but before Popen returned it, raised where
+    `grokray ui` held no process to stop, and the server served on. The signal is sent at that moment here, from a
+    Popen that signals its own process as it is made. About 3 s (a real server's process, stopped as it starts)."""
+    from grokray import ui
+    from grokray.tracking.local_servers import group_alive
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(uri).create_experiment("e")
+    made = []
+
+    class SignalledAsMade(subprocess.Popen):
+        def __init__(self, args, *rest, **kwargs):
+            super().__init__(args, *rest, **kwargs)
+            if not made and "server" in args:  # the `mlflow server` process, once
+                made.append(self)
+                signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(subprocess, "Popen", SignalledAsMade)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(KeyboardInterrupt):  # the ui's stop, as sigterm_as_ctrl_c and its own handler make it
+            ui.serve_runs_ui(uri, "127.0.0.1", free_port(), None)
+        assert made and made[0].poll() is not None and not group_alive(made[0].pid)  # the server and its group
+    finally:  # the ui's handlers go with the test; a failing run leaves no server behind
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        for proc in (p for p in made if group_alive(p.pid)):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("after_s", [0.5, 3.0])  # in the CLI's imports; as the server starts
 def test_a_sigterm_stops_grokray_ui_started_in_the_background_at_any_moment(tmp_path, after_s):
     """Found by CI (the README test, under an xdist worker, where SIGINT is ignored): a SIGTERM that came while the

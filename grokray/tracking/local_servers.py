@@ -20,6 +20,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 DB = "mlflow"
@@ -123,6 +125,25 @@ GUNICORN_OPTS = "--threads 8 --timeout 120"
 QUIET_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
+@contextmanager
+def stops_held() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive inside wait for its end, then reach their handlers: a stop that raised while
+    a server's process was being made (inside Popen, before its caller held the object) left that server running,
+    since the caller's cleanup had nothing to stop. A no-op outside the main thread, where no handler runs, and for
+    a signal whose handler Python cannot put back (one installed from C)."""
+    main = threading.current_thread() is threading.main_thread()
+    held = [signum for signum in (signal.SIGINT, signal.SIGTERM) if main and signal.getsignal(signum) is not None]
+    caught: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, _frame: caught.append(signum)) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
+
+
 def group_alive(pgid: int) -> bool:
     """Whether a process of group `pgid` still runs (zombies, which hold no socket, do not count)."""
     if not os.path.isdir("/proc"):
@@ -176,12 +197,13 @@ class MlflowServer:
 
     def start(self, timeout_s: float = 90.0) -> MlflowServer:
         mlflow = Path(sys.executable).with_name("mlflow")
-        self.proc = subprocess.Popen(
-            [str(mlflow), "server", f"--host={self.host}", "--port", str(self.port), "--workers", str(self.workers),
-             "--backend-store-uri", self.backend, "--artifacts-destination", str(self.root / "artifacts"),
-             *(["--gunicorn-opts", GUNICORN_OPTS] if self.gunicorn else [])],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, "MLFLOW_TRACKING_URI": "", **QUIET_SERVER_ENV})
+        with stops_held():  # a Ctrl-C as the process is made finds self.proc set, so stop() ends the server
+            self.proc = subprocess.Popen(
+                [str(mlflow), "server", f"--host={self.host}", "--port", str(self.port), "--workers",
+                 str(self.workers), "--backend-store-uri", self.backend, "--artifacts-destination",
+                 str(self.root / "artifacts"), *(["--gunicorn-opts", GUNICORN_OPTS] if self.gunicorn else [])],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "MLFLOW_TRACKING_URI": "", **QUIET_SERVER_ENV})
         end = time.monotonic() + timeout_s
         while True:
             try:

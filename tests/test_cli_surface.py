@@ -179,7 +179,7 @@ def test_a_stop_caught_inside_exec_made_code_ends_with_grokrays_exit_code(tmp_pa
     made by exec() (a dataclass being built as a module was imported), which CPython then marks unhandled, though
     the CLI caught it, and `python -m` ends such a process by SIGINT. The same stop each time here: the command's
     handler raises the interrupt from exec'd code. Run as the supervisor runs a launch's driver (`python -m
-    grokray`) and as the tests run the CLI; about 1 s each."""
+    grokray`) and as the tests run the CLI; about 0.1 s each."""
     import subprocess
     import sys
 

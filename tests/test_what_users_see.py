@@ -173,7 +173,7 @@ def test_a_stop_as_grokray_ui_starts_leaves_no_server(tmp_path, monkeypatch):
 def test_a_stop_that_lands_as_the_servers_process_is_made_leaves_no_server(tmp_path, monkeypatch):
     """A SIGTERM inside Popen, once the server's process existed but before Popen returned it, raised where
     `grokray ui` held no process to stop, and the server served on. The signal is sent at that moment here, from a
-    Popen that signals its own process as it is made. About 3 s (a real server's process, stopped as it starts)."""
+    Popen that signals its own process as it is made. About 1 s (a real server's process, stopped as it starts)."""
     from grokray import ui
     from grokray.tracking.local_servers import group_alive
 
